@@ -1,0 +1,82 @@
+"""Thin wrappers over the commands and /proc files the lab drives."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from .plan import LabError
+
+
+def run(argv: list[str], check: bool = True, capture: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run a command; on failure raise LabError with its stderr."""
+    proc = subprocess.run(argv, text=True, capture_output=capture, check=False)
+    if check and proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout or "").strip() if capture else ""
+        raise LabError(f"`{' '.join(argv)}` failed ({proc.returncode}): {detail}")
+    return proc
+
+
+def require_root() -> None:
+    """Refuse to run without root: namespaces, mounts and nspawn need it."""
+    if os.geteuid() != 0:
+        raise LabError("the lab needs root (network namespaces, mounts, systemd-nspawn): run it as root or with sudo")
+
+
+def require_commands(names: list[str]) -> None:
+    """Fail with the apt package to install when a command is missing."""
+    packages = {"debootstrap": "debootstrap", "systemd-nspawn": "systemd-container", "ip": "iproute2",
+                "iptables": "iptables", "ssh-keygen": "openssh-client", "nsenter": "util-linux"}
+    missing = [n for n in names if not any((Path(d) / n).exists() for d in os.environ.get("PATH", "").split(":")
+                                           + ["/usr/sbin", "/sbin"])]
+    if missing:
+        raise LabError(f"missing commands {', '.join(missing)}: apt-get install "
+                       + " ".join(sorted({packages.get(n, n) for n in missing})))
+
+
+def process_cmdline(pid: int) -> list[str]:
+    """Return the argv of a live process, or [] when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def children(pid: int) -> list[int]:
+    """Return the direct children of a process."""
+    pids: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            pids += [int(p) for p in (task / "children").read_text().split()]
+        except OSError:
+            continue
+    return pids
+
+
+def namespace_pid(pid: int) -> int | None:
+    """Return the pid a process has inside its innermost pid namespace."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except OSError:
+        return None
+    return None
+
+
+def container_init(nspawn_pid: int) -> int | None:
+    """Return the host pid of PID 1 inside the machine that an nspawn process runs."""
+    todo = [nspawn_pid]
+    while todo:
+        pid = todo.pop()
+        if pid != nspawn_pid and namespace_pid(pid) == 1:
+            return pid
+        todo += children(pid)
+    return None
+
+
+def in_machine(init_pid: int, argv: list[str], check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run a command inside a lab machine with a clean environment."""
+    return run(["nsenter", "-t", str(init_pid), "-a", "env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin", *argv],
+               check=check)
