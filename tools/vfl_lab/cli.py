@@ -69,8 +69,10 @@ def main(argv: list[str] | None = None) -> int:
                                       mirror_for(distro, args.mirror or labs.read_mirror()))
             print(f"{'built' if built else 'cached'} {root} in {time.monotonic() - started:.1f}s")
         elif args.command == "up":
-            for record in labs.up(lab, args.hosts, args.first_index, args.distro, args.mirror):
-                print(f"{record.plan.name} {record.plan.address} running (pid {record.pid})")
+            started_names = {r.plan.name for r in labs.up(lab, args.hosts, args.first_index, args.distro, args.mirror)}
+            for record in lab.records():
+                state = "started" if record.plan.name in started_names else "already running"
+                print(f"{record.plan.name} {record.plan.address} {state} (pid {record.pid})")
             print(f"lab {lab.name}: {args.hosts} host(s) up in {time.monotonic() - started:.1f}s")
         else:
             removed = sum(labs.down(each) for each in (labs.all_labs(args.state_dir) if args.all else [lab]))

@@ -115,7 +115,7 @@ def _start(lab: Lab, plan: HostPlan, root: Path, public_key: str) -> HostRecord:
 
 
 def up(lab: Lab, count: int, first_index: int, distro_name: str, mirror: str | None) -> list[HostRecord]:
-    """Make sure hosts 1..count of the lab run; start the missing ones from the cached root."""
+    """Make sure hosts 1..count of the lab run, starting the missing ones; return the hosts started."""
     distro = distro_for(distro_name)
     plans = host_plan(lab.name, first_index, count)
     records = {r.plan.name: r for r in lab.records()}
@@ -154,7 +154,7 @@ def up(lab: Lab, count: int, first_index: int, distro_name: str, mirror: str | N
             network.disable_nat(lab.state_dir / "nat.json")
         raise
     _write_known_hosts(lab)
-    return lab.records()
+    return started
 
 
 def down(lab: Lab) -> int:

@@ -29,14 +29,17 @@ class Distro:
     suite: str
     archive: str
     script: str | None = None
-    keyring: str | None = None
+    keyring: str | None = None  # path inside the pinned keyring package; None: the machine's Debian keyring
 
 
 DISTROS: dict[str, Distro] = {
     "debian12": Distro("debian12", "bookworm", "debian"),
-    "ubuntu22.04": Distro("ubuntu22.04", "jammy", "ubuntu", "gutsy", "/usr/share/keyrings/ubuntu-archive-keyring.gpg"),
-    "ubuntu24.04": Distro("ubuntu24.04", "noble", "ubuntu", "gutsy", "/usr/share/keyrings/ubuntu-archive-keyring.gpg"),
+    "ubuntu22.04": Distro("ubuntu22.04", "jammy", "ubuntu", "gutsy", "usr/share/keyrings/ubuntu-archive-keyring.gpg"),
+    "ubuntu24.04": Distro("ubuntu24.04", "noble", "ubuntu", "gutsy", "usr/share/keyrings/ubuntu-archive-keyring.gpg"),
 }
+# Debian ships no Ubuntu keyring: take Ubuntu's own package from the mirror, trusted by this pinned digest.
+UBUNTU_KEYRING_DEB = "pool/main/u/ubuntu-keyring/ubuntu-keyring_2023.11.28.1_all.deb"
+UBUNTU_KEYRING_SHA256 = "36de43b15853ccae0028e9a767613770c704833f82586f28eb262f0311adb8a8"
 
 
 @dataclass(frozen=True)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
-from .plan import ROOT_PACKAGES, Distro, LabError, recipe_digest
+from .plan import ROOT_PACKAGES, UBUNTU_KEYRING_DEB, UBUNTU_KEYRING_SHA256, Distro, LabError, recipe_digest
 
 SCRIPTS = Path("/usr/share/debootstrap/scripts")
 MARKER = ".vfl-recipe.json"
@@ -19,13 +21,30 @@ def root_path(roots_dir: Path, distro: Distro) -> Path:
     return roots_dir / f"{distro.name}-{recipe_digest(distro)}"
 
 
+def _keyring(roots_dir: Path, distro: Distro, mirror: str) -> Path:
+    """Fetch and unpack the pinned Ubuntu keyring package; refuse it unless its sha256 matches the pin."""
+    unpacked = roots_dir / "ubuntu-keyring"
+    if not (unpacked / str(distro.keyring)).exists():
+        url = f"{mirror}/{UBUNTU_KEYRING_DEB}"
+        try:
+            with urllib.request.urlopen(url, timeout=60) as response:
+                data = response.read()
+        except OSError as error:
+            raise LabError(f"could not fetch {url} for {distro.name}: {error}") from None
+        if hashlib.sha256(data).hexdigest() != UBUNTU_KEYRING_SHA256:
+            raise LabError(f"{url} does not match its pinned sha256 {UBUNTU_KEYRING_SHA256}: the mirror is not trusted")
+        deb = roots_dir / "ubuntu-keyring.deb"
+        deb.write_bytes(data)
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(unpacked)], check=True)
+        deb.unlink()
+    return unpacked / str(distro.keyring)
+
+
 def _debootstrap_argv(distro: Distro, target: Path, mirror: str) -> list[str]:
     """Return the debootstrap command line for a distro's root."""
     argv = ["debootstrap", "--variant=minbase", f"--include={','.join(ROOT_PACKAGES)}"]
     if distro.keyring:
-        if not Path(distro.keyring).exists():
-            raise LabError(f"{distro.name} needs the keyring {distro.keyring}: apt-get install ubuntu-keyring")
-        argv.append(f"--keyring={distro.keyring}")
+        argv.append(f"--keyring={_keyring(target.parent, distro, mirror)}")
     argv += [distro.suite, str(target), mirror]
     if distro.script and not (SCRIPTS / distro.suite).exists():
         argv.append(str(SCRIPTS / distro.script))

@@ -1,0 +1,50 @@
+# vllm-fleet: make setup | lab-up | lab | lab-down | test | lint | bench
+SHELL := /bin/bash
+VENV ?= .venv
+BIN := $(VENV)/bin
+LAB_HOSTS ?= 2
+LAB_DISTRO ?= debian12
+export PATH := $(abspath $(BIN)):$(PATH)
+export ANSIBLE_CONFIG := $(abspath ansible.cfg)
+
+.PHONY: setup lab-up lab-down lab test lint syntax unit molecule bench clean
+
+$(BIN)/ansible-playbook: requirements.txt
+	tools/install-host-packages
+	python3 -m venv $(VENV)
+	$(BIN)/pip install --quiet -r requirements.txt
+	touch $@
+
+setup: $(BIN)/ansible-playbook  ## host packages (apt) and the controller venv
+
+lab-up: setup  ## start LAB_HOSTS lab hosts (roots are built once and cached)
+	rm -rf .cache/ansible-facts
+	tools/lab up --hosts $(LAB_HOSTS) --distro $(LAB_DISTRO)
+
+lab-down:  ## stop every host of the lab and remove its network
+	tools/lab down
+
+lab: lab-up  ## the main job on the lab
+	ansible-playbook site.yml -l gpu_hosts -i inventory/lab
+
+lint: setup
+	yamllint --strict .
+	ansible-lint
+
+syntax: setup
+	for playbook in site.yml playbooks/*.yml; do ansible-playbook --syntax-check -i inventory/lab "$$playbook" || exit 1; done
+
+unit: setup  # pytest exits 5 when it collects nothing, which fails the target
+	pytest -q tests
+
+molecule: setup
+	for scenario in molecule/*/molecule.yml; do scenario=$$(basename $$(dirname $$scenario)); \
+	  molecule test -s $$scenario || exit 1; done
+
+test: lint syntax unit molecule  ## everything CI runs
+
+bench: setup  ## timings of the lab (medians over several runs), see docs/benchmarks.md
+	$(BIN)/python benchmarks/lab_bench.py
+
+clean: lab-down
+	rm -rf .cache
