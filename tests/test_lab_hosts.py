@@ -1,0 +1,108 @@
+"""The lab tool against the real machine: hosts boot, Ansible reaches them, and nothing is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+LAB, FIRST_INDEX = "itest", 201
+LAB_TOOL = str(REPO / "tools" / "lab")
+ENV = {**os.environ, "VFL_LAB": LAB, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root")
+
+
+def lab(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run the lab tool for the test lab."""
+    return subprocess.run([LAB_TOOL, *args], env=ENV, text=True, capture_output=True, check=check, timeout=600)
+
+
+def live_nspawn_machines() -> list[str]:
+    """Return the --machine= names of running (non-zombie) nspawn processes."""
+    names = []
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            state = next(line for line in status.read_text().splitlines() if line.startswith("State:"))
+            argv = (status.parent / "cmdline").read_bytes().decode().split("\0")
+        except (OSError, StopIteration):
+            continue
+        if "Z" not in state and argv[0].endswith("systemd-nspawn"):
+            names += [a.split("=", 1)[1] for a in argv if a.startswith("--machine=")]
+    return names
+
+
+@pytest.fixture(scope="module")
+def two_hosts() -> Iterator[list[dict[str, object]]]:
+    """Start two hosts of the test lab for the module and remove them afterwards."""
+    lab("up", "--hosts=2", f"--first-index={FIRST_INDEX}")
+    yield json.loads(lab("status").stdout)
+    lab("down")
+
+
+def test_hosts_boot_with_systemd_and_answer_ansible(two_hosts: list[dict[str, object]]) -> None:
+    """Both hosts run, and `ansible -i inventory/lab gpu_hosts -m ping` reaches them over SSH."""
+    assert [h["name"] for h in two_hosts] == ["itest1", "itest2"] and all(h["running"] for h in two_hosts)
+    ping = subprocess.run([str(REPO / ".venv/bin/ansible"), "-i", "inventory/lab", "gpu_hosts", "-m",
+                           "ansible.builtin.ping"], cwd=REPO, env=ENV, text=True, capture_output=True, check=False)
+    assert ping.returncode == 0, ping.stdout + ping.stderr
+    assert ping.stdout.count("SUCCESS") == 2
+
+
+def test_second_up_is_harmless(two_hosts: list[dict[str, object]]) -> None:
+    """Running up again keeps the same processes and starts nothing."""
+    again = lab("up", "--hosts=2", f"--first-index={FIRST_INDEX}")
+    assert again.stdout.count("already running") == 2
+    assert [h["pid"] for h in json.loads(lab("status").stdout)] == [h["pid"] for h in two_hosts]
+
+
+def test_index_in_use_is_refused_and_nothing_created(two_hosts: list[dict[str, object]]) -> None:
+    """Another lab asking for a taken index gets a one-line error and leaves no state."""
+    clash = subprocess.run([LAB_TOOL, "up", "--lab=iclash", "--hosts=1", f"--first-index={FIRST_INDEX + 1}"],
+                           env=ENV, text=True, capture_output=True, check=False)
+    assert clash.returncode == 1
+    assert clash.stderr.strip().splitlines() == [
+        f"lab: error: lab index {FIRST_INDEX + 1} is in use by host itest2 of lab 'itest': "
+        "pick another --first-index, or run `lab down --lab itest`"]
+    assert not Path("/var/lib/vllm-fleet-lab/labs/iclash").exists()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["up", "--distro=fedora40"], "unknown distro 'fedora40': use one of debian12, ubuntu22.04, ubuntu24.04"),
+    (["up", "--lab=Bad"], "lab name 'Bad' is invalid"),
+    (["up", "--first-index=254", "--hosts=2"], "lab indexes 254..255 are out of range"),
+])
+def test_bad_input_is_one_line_and_exits_non_zero(args: list[str], message: str) -> None:
+    """Bad input gets one line on stderr that says what to do, and exit 1."""
+    result = lab(*args, check=False)
+    assert result.returncode == 1
+    assert len(result.stderr.strip().splitlines()) == 1 and message in result.stderr
+
+
+def test_without_root_says_so() -> None:
+    """A non-root user is told the lab needs root."""
+    result = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", LAB_TOOL,
+                             "up"], text=True, capture_output=True, check=False)
+    assert result.returncode == 1
+    assert "the lab needs root" in result.stderr
+
+
+def test_down_leaves_nothing_behind() -> None:
+    """After down: no nspawn process, netns, veth, mount or state of the lab; NAT gone when no lab is left."""
+    lab("up", "--hosts=2", f"--first-index={FIRST_INDEX}")
+    lab("down")
+    netns = subprocess.run(["ip", "netns", "list"], text=True, capture_output=True, check=True).stdout
+    links = subprocess.run(["ip", "-o", "link"], text=True, capture_output=True, check=True).stdout
+    assert not [m for m in live_nspawn_machines() if m.startswith(LAB)]
+    assert f"vfl{FIRST_INDEX}" not in netns and f"vfl{FIRST_INDEX + 1}" not in netns
+    assert f"vfl{FIRST_INDEX}@" not in links and f"vfl{FIRST_INDEX + 1}@" not in links
+    assert f"/labs/{LAB}/" not in Path("/proc/mounts").read_text()
+    if not list(Path("/var/lib/vllm-fleet-lab/labs").glob("*")):
+        rules = subprocess.run(["iptables-save"], text=True, capture_output=True, check=True).stdout
+        assert "vllm-fleet-lab" not in rules
