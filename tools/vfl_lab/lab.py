@@ -7,7 +7,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import machine, network
+from . import fileserver, machine, network
 from .plan import HostPlan, LabError, ansible_inventory, debian_mirror, distro_for, host_plan, mirror_for
 from .rootfs import ensure_root
 from .system import run
@@ -93,6 +93,13 @@ def _check_free(lab: Lab, plans: list[HostPlan], live: set[str]) -> None:
                            "outside the lab; pick another --first-index")
 
 
+def _release_shared(state_dir: Path) -> None:
+    """Remove the NAT rules and the file server once no lab has hosts any more."""
+    if not any(lab.records() for lab in all_labs(state_dir)):
+        network.disable_nat(state_dir / "nat.json")
+        fileserver.stop(state_dir)
+
+
 def _write_known_hosts(lab: Lab) -> None:
     """Record the SSH host key of every host of the lab so Ansible can check it strictly."""
     lines = [f"{r.plan.address} {r.host_key}\n" for r in lab.records()]
@@ -136,6 +143,7 @@ def up(lab: Lab, count: int, first_index: int, distro_name: str, mirror: str | N
                  "-f", str(lab.key_file)])
         root, _ = ensure_root(lab.state_dir / "roots", distro, mirror_for(distro, mirror or read_mirror()))
         network.enable_nat(lab.state_dir / "nat.json")
+        fileserver.ensure(lab.state_dir)
         public_key = lab.key_file.with_suffix(".pub").read_text()
         for plan in plans:
             if plan.name in live:
@@ -150,8 +158,7 @@ def up(lab: Lab, count: int, first_index: int, distro_name: str, mirror: str | N
             _teardown(lab, record)
         if created_dir:
             shutil.rmtree(lab.dir, ignore_errors=True)
-        if not any(lab_.records() for lab_ in all_labs(lab.state_dir)):
-            network.disable_nat(lab.state_dir / "nat.json")
+        _release_shared(lab.state_dir)
         raise
     _write_known_hosts(lab)
     return started
@@ -163,6 +170,5 @@ def down(lab: Lab) -> int:
     for record in records:
         _teardown(lab, record)
     shutil.rmtree(lab.dir, ignore_errors=True)
-    if not any(other.records() for other in all_labs(lab.state_dir)):
-        network.disable_nat(lab.state_dir / "nat.json")
+    _release_shared(lab.state_dir)
     return len(records)

@@ -14,6 +14,9 @@ ROOT_PACKAGES = (
     "ca-certificates", "curl", "dbus", "iproute2", "openssh-server", "python3", "sudo", "systemd", "systemd-sysv",
 )
 LAB_NET_PREFIX = "10.213"
+# Index 0 is never a host: its .1 carries the controller's file server for the lab (wheelhouse, models).
+FILES_ADDRESS = f"{LAB_NET_PREFIX}.0.1"
+FILES_PORT = 8213
 MAX_INDEX = 254
 
 
@@ -144,6 +147,7 @@ def ansible_inventory(hosts: list[HostPlan], key_file: str, known_hosts: str) ->
             "ansible_ssh_private_key_file": key_file,
             "ansible_ssh_common_args": ssh_args,
             "lab_index": h.index,
+            "lab_files_url": f"http://{FILES_ADDRESS}:{FILES_PORT}",
         }
         for h in hosts
     }

@@ -1,0 +1,125 @@
+"""Scene model: presets plus host overrides become fully resolved scenes, one per vLLM service."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+Scene = dict[str, Any]
+SCENE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+# Keys a scene sets itself; everything else a scene configures goes through engine_args.
+SCENE_KEYS = {"name", "preset", "port", "host", "gpus", "model", "served_model_name", "api_key_var", "engine_args", "env"}
+# Engine arguments the kit owns: a scene sets them through its own keys, never through engine_args.
+OWNED_ARGS = {"model", "served-model-name", "host", "port", "api-key", "config"}
+
+
+class SceneError(ValueError):
+    """A scene definition that cannot be served; the message names the variable and the fix."""
+
+
+def dash(key: str) -> str:
+    """Return an engine argument name in the dash form vLLM's --config files use."""
+    return key.replace("_", "-")
+
+
+def _engine_args(*layers: dict[str, Any]) -> dict[str, Any]:
+    """Merge engine-argument layers (later wins) into dash-keyed form."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        merged.update({dash(k): v for k, v in (layer or {}).items()})
+    return merged
+
+
+def resolve_scene(scene: Scene, presets: dict[str, Scene], models: dict[str, dict[str, Any]], var: str) -> Scene:
+    """Resolve one host scene against its preset and model into the values the service runs with."""
+    name = scene.get("name", "")
+    where = f"{var}[name={name or '?'}]"
+    if not isinstance(name, str) or not SCENE_NAME.match(name):
+        raise SceneError(f"{where}: scene name {name!r} must match {SCENE_NAME.pattern} (it names a systemd unit)")
+    unknown = sorted(set(scene) - SCENE_KEYS)
+    if unknown:
+        raise SceneError(f"{where}: unknown keys {unknown}; put engine arguments under engine_args")
+    preset_name = scene.get("preset", name)
+    if preset_name not in presets:
+        raise SceneError(f"{where}: no preset {preset_name!r}; set preset to one of {sorted(presets)} "
+                         "or add it to vllm_scenes_presets")
+    preset = presets[preset_name]
+    model_name = scene.get("model", preset.get("model"))
+    if model_name not in models:
+        raise SceneError(f"{where}: model {model_name!r} is not among the host's models {sorted(models)}; "
+                         "set model to one of them or add it to vllm_model_list")
+    owned = sorted(OWNED_ARGS & set(_engine_args(preset.get("engine_args", {}), scene.get("engine_args", {}))))
+    if owned:
+        raise SceneError(f"{where}: engine_args must not set {owned}; use the scene keys "
+                         "model, served_model_name, host, port and api_key_var instead")
+    port = scene.get("port", preset.get("port"))
+    if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
+        raise SceneError(f"{where}: port {port!r} must be an integer 1..65535")
+    gpus = scene.get("gpus", preset.get("gpus", [0]))
+    if not isinstance(gpus, list) or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus):
+        raise SceneError(f"{where}: gpus {gpus!r} must be a list of GPU indexes such as [0] or [0, 1]")
+    model = models[model_name]
+    return {
+        "name": name,
+        "preset": preset_name,
+        "port": port,
+        "host": scene.get("host", preset.get("host", "127.0.0.1")),
+        "gpus": gpus,
+        "model": model_name,
+        "model_path": model["path"],
+        "served_model_name": scene.get("served_model_name", model.get("served_model_name", model_name)),
+        "api_key_var": scene.get("api_key_var", preset.get("api_key_var", "")),
+        "engine_args": _engine_args(model.get("engine_args", {}), preset.get("engine_args", {}),
+                                    scene.get("engine_args", {})),
+        "env": {**preset.get("env", {}), **scene.get("env", {})},
+    }
+
+
+def resolve_scenes(scenes: list[Scene], presets: dict[str, Scene], models: dict[str, dict[str, Any]],
+                   var: str = "vllm_scenes_list") -> list[Scene]:
+    """Resolve a host's scene list; refuse duplicate names and ports shared by two scenes."""
+    if not isinstance(scenes, list):
+        raise SceneError(f"{var} must be a list of scenes such as [{{name: realtime, port: 8000}}]")
+    resolved = [resolve_scene(s if isinstance(s, dict) else {"name": s}, presets, models, var) for s in scenes]
+    seen: dict[Any, str] = {}
+    for scene in resolved:
+        for key, label in ((scene["name"], "name"), (scene["port"], "port")):
+            if (label, key) in seen:
+                raise SceneError(f"{var}: scenes {seen[(label, key)]!r} and {scene['name']!r} share {label} {key}; "
+                                 f"give each scene its own {label}")
+            seen[(label, key)] = scene["name"]
+    return resolved
+
+
+def config_file(scene: Scene) -> dict[str, Any]:
+    """Return the vLLM --config mapping of a resolved scene (the API key stays out: it goes by environment)."""
+    return {
+        "model": scene["model_path"],
+        "served-model-name": scene["served_model_name"],
+        "host": scene["host"],
+        "port": scene["port"],
+        **scene["engine_args"],
+    }
+
+
+def exposure_problems(scene: Scene) -> list[str]:
+    """Return why a scene's exposure is unsafe: a non-loopback listen address needs an API key."""
+    loopback = scene["host"] in ("127.0.0.1", "::1", "localhost") or str(scene["host"]).startswith("127.")
+    if not loopback and not scene["api_key_var"]:
+        return [f"scene {scene['name']!r} listens on {scene['host']} without an API key: set its api_key_var to a "
+                "variable kept in Ansible Vault, or set its host to 127.0.0.1"]
+    return []
+
+
+def gpu_problems(scene: Scene, available: list[int]) -> list[str]:
+    """Return the GPU indexes a scene asks for that the host does not have."""
+    missing = [g for g in scene["gpus"] if g not in available]
+    if missing:
+        return [f"scene {scene['name']!r} asks for GPU {missing} but the host has {available}: "
+                "set its gpus to indexes the host has"]
+    return []
+
+
+def models_by_name(model_list: list[dict[str, Any]], model_dir: str) -> dict[str, dict[str, Any]]:
+    """Index the host's model list by name, with the path each model is installed at."""
+    return {m["name"]: {**m, "path": f"{model_dir}/{m['name']}"} for m in model_list if "name" in m}

@@ -1,0 +1,97 @@
+"""Unit tests of scene resolution: presets, overrides, owned keys, clashes and exposure."""
+
+import sys
+from typing import Any
+
+import pytest
+import yaml
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "lib"))
+
+from vllm_fleet import scenes  # noqa: E402
+
+DEFAULTS = yaml.safe_load((REPO / "roles/vllm_scenes/defaults/main.yml").read_text())
+PRESETS: dict[str, Any] = DEFAULTS["vllm_scenes_presets"]
+MODELS = scenes.models_by_name([{"name": "qwen", "engine_args": {"quantization": "awq", "dtype": "float16"},
+                                 "served_model_name": "qwen2.5-7b"}], "/var/lib/vllm/models")
+
+
+def resolve(*host_scenes: Any) -> list[dict[str, Any]]:
+    """Resolve scenes against the role's built-in presets and one model."""
+    return scenes.resolve_scenes(list(host_scenes), PRESETS, MODELS)
+
+
+def test_builtin_presets_carry_the_seed_figures() -> None:
+    """realtime is 0.90/4096/16 and batch 0.95/4096/64, both with prefix caching and chunked prefill."""
+    realtime, batch = resolve({"name": "realtime", "model": "qwen"}, {"name": "batch", "model": "qwen"})
+    assert {k: realtime["engine_args"][k] for k in ("gpu-memory-utilization", "max-model-len", "max-num-seqs")} == {
+        "gpu-memory-utilization": 0.90, "max-model-len": 4096, "max-num-seqs": 16}
+    assert {k: batch["engine_args"][k] for k in ("gpu-memory-utilization", "max-model-len", "max-num-seqs")} == {
+        "gpu-memory-utilization": 0.95, "max-model-len": 4096, "max-num-seqs": 64}
+    for scene in (realtime, batch):
+        assert scene["engine_args"]["enable-prefix-caching"] is True
+        assert scene["engine_args"]["enable-chunked-prefill"] is True
+    assert (realtime["port"], batch["port"]) == (8000, 8001)
+
+
+def test_overrides_win_and_defaults_are_safe() -> None:
+    """Host overrides beat preset and model args; the default listen address is loopback on GPU 0."""
+    (scene,) = resolve({"name": "realtime", "model": "qwen", "engine_args": {"max_num_seqs": 32, "dtype": "bfloat16"}})
+    assert scene["engine_args"]["max-num-seqs"] == 32 and scene["engine_args"]["dtype"] == "bfloat16"
+    assert scene["engine_args"]["quantization"] == "awq"
+    assert (scene["host"], scene["gpus"], scene["served_model_name"]) == ("127.0.0.1", [0], "qwen2.5-7b")
+
+
+def test_user_scene_takes_a_preset() -> None:
+    """A scene of the user's own names its preset and keeps its own name."""
+    (scene,) = resolve({"name": "nightly", "preset": "batch", "model": "qwen", "port": 8100})
+    assert (scene["name"], scene["preset"], scene["port"]) == ("nightly", "batch", 8100)
+
+
+def test_config_file_is_dash_keyed_and_has_no_secret() -> None:
+    """The --config mapping holds model path and server args but never the API key."""
+    (scene,) = resolve({"name": "realtime", "model": "qwen", "api_key_var": "vault_key"})
+    config = scenes.config_file(scene)
+    assert config["model"] == "/var/lib/vllm/models/qwen" and config["served-model-name"] == "qwen2.5-7b"
+    assert all("_" not in key for key in config)
+    assert not any("key" in key for key in config)
+
+
+@pytest.mark.parametrize(("scene", "message"), [
+    ({"name": "fast", "model": "qwen"}, "no preset 'fast'"),
+    ({"name": "realtime", "model": "llama"}, "model 'llama' is not among"),
+    ({"name": "realtime", "model": "qwen", "gpu_memory_utilization": 0.5}, "put engine arguments under engine_args"),
+    ({"name": "realtime", "model": "qwen", "engine_args": {"port": 9000}}, "engine_args must not set ['port']"),
+    ({"name": "realtime", "model": "qwen", "port": "8000"}, "port '8000' must be an integer"),
+    ({"name": "realtime", "model": "qwen", "gpus": "0"}, "gpus '0' must be a list"),
+    ({"name": "Real Time", "model": "qwen"}, "scene name 'Real Time' must match"),
+])
+def test_bad_scenes_name_the_variable_and_fix(scene: dict[str, Any], message: str) -> None:
+    """Each bad scene is refused with a message that names the scene and what to change."""
+    with pytest.raises(scenes.SceneError, match=r"vllm_scenes_list\[name=") as error:
+        resolve(scene)
+    assert message in str(error.value)
+
+
+def test_port_clash_between_scenes() -> None:
+    """Two scenes on one port are refused, naming both."""
+    with pytest.raises(scenes.SceneError, match="scenes 'realtime' and 'batch' share port 8000"):
+        resolve({"name": "realtime", "model": "qwen"}, {"name": "batch", "model": "qwen", "port": 8000})
+
+
+def test_exposure_needs_an_api_key() -> None:
+    """Listening beyond loopback without an API key is a problem; with one, or on loopback, it is not."""
+    open_scene, keyed, local = resolve({"name": "realtime", "model": "qwen", "host": "0.0.0.0"},
+                                       {"name": "batch", "model": "qwen", "host": "0.0.0.0", "api_key_var": "k"},
+                                       {"name": "own", "preset": "batch", "model": "qwen", "port": 8002})
+    assert "listens on 0.0.0.0 without an API key" in scenes.exposure_problems(open_scene)[0]
+    assert scenes.exposure_problems(keyed) == [] and scenes.exposure_problems(local) == []
+
+
+def test_gpu_index_the_host_lacks() -> None:
+    """A scene asking for GPU 1 on a one-GPU host is refused; GPU 0 is fine."""
+    (scene,) = resolve({"name": "realtime", "model": "qwen", "gpus": [0, 1]})
+    assert "asks for GPU [1] but the host has [0]" in scenes.gpu_problems(scene, [0])[0]
+    assert scenes.gpu_problems(scene, [0, 1]) == []
