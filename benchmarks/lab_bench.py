@@ -1,0 +1,174 @@
+#!/usr/bin/env python3
+"""Time the lab: debian12 root build, lab up/down with a cached root, and `ansible -m setup` on lab hosts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+LAB_TOOL = str(REPO / "tools" / "lab")
+ANSIBLE = str(REPO / ".venv" / "bin" / "ansible")
+BENCH_LAB = "bench"
+FIRST_INDEX = 231  # lab indexes 231..233: far from the ones `make lab-up` and molecule use
+FRESH_SSH_ARGS = "-o ControlMaster=no -o ControlPath=none"
+
+Results = dict[str, list[float]]
+
+
+class BenchError(Exception):
+    """A benchmarked command failed; the message carries its output."""
+
+
+def timed(argv: list[str], env: dict[str, str] | None = None) -> float:
+    """Run a command from the repository root and return its wall time in seconds; raise BenchError on failure."""
+    started = time.monotonic()
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    seconds = time.monotonic() - started
+    if proc.returncode != 0:
+        output = (proc.stdout + proc.stderr).strip()[-3000:]
+        raise BenchError(f"`{' '.join(argv)}` failed ({proc.returncode}):\n{output}")
+    return seconds
+
+
+def lab(command: str, *args: str) -> list[str]:
+    """Return the argv of a `tools/lab` command on the bench lab."""
+    return [LAB_TOOL, command, "--lab", BENCH_LAB, *args]
+
+
+def record(results: Results, name: str, seconds: float) -> None:
+    """Add one timing to the results and show it as progress on stderr."""
+    results.setdefault(name, []).append(seconds)
+    print(f"  {name}: {seconds:.2f}s (run {len(results[name])})", file=sys.stderr, flush=True)
+
+
+def repeat(results: Results, name: str, runs: int, step: Callable[[], float]) -> None:
+    """Record `runs` timings of one step under one benchmark name."""
+    for _ in range(runs):
+        record(results, name, step())
+
+
+def build_root_fresh() -> float:
+    """Build the debian12 root in a fresh temporary state dir (a real debootstrap) and return its time."""
+    state_dir = tempfile.mkdtemp(prefix="vfl-bench-root-")
+    try:
+        return timed([LAB_TOOL, "build-root", "--distro", "debian12", "--state-dir", state_dir])
+    finally:
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def up_down(results: Results, hosts: int, runs: int) -> None:
+    """Time `lab up` of `hosts` bench hosts from a cached root, and the `lab down` after it, `runs` times."""
+    for _ in range(runs):
+        record(results, f"lab up, {hosts} host(s), cached root",
+               timed(lab("up", "--hosts", str(hosts), "--first-index", str(FIRST_INDEX))))
+        record(results, f"lab down, {hosts} host(s)", timed(lab("down")))
+
+
+def ansible_env(control_dir: str, fresh: bool) -> dict[str, str]:
+    """Return the environment of an ad hoc ansible run on the bench lab, without the fact cache."""
+    env = {**os.environ, "VFL_LAB": BENCH_LAB, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+           "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.memory", "ANSIBLE_SSH_CONTROL_PATH_DIR": control_dir}
+    if fresh:
+        env["ANSIBLE_SSH_ARGS"] = FRESH_SSH_ARGS
+    return env
+
+
+def setup_runs(results: Results, runs: int) -> None:
+    """Time `ansible -m setup` on 1 and 3 running bench hosts, over persistent and fresh SSH connections."""
+    control_dir = tempfile.mkdtemp(prefix="vfl-bench-cp-")
+    try:
+        warm, fresh = ansible_env(control_dir, fresh=False), ansible_env(control_dir, fresh=True)
+        setup = [ANSIBLE, "-i", "inventory/lab", "gpu_hosts", "-m", "ansible.builtin.setup"]
+        timed(setup, warm)  # warm-up: opens the ControlPersist master connection of every host
+        repeat(results, "setup, 1 host, persistent connection", runs, lambda: timed([*setup, "-l", "bench1"], warm))
+        repeat(results, "setup, 3 hosts, persistent connection", runs, lambda: timed(setup, warm))
+        repeat(results, "setup, 1 host, fresh connection each run", runs,
+               lambda: timed([*setup, "-l", "bench1"], fresh))
+    finally:
+        shutil.rmtree(control_dir, ignore_errors=True)
+
+
+def summary(times: list[float]) -> dict[str, float]:
+    """Return the median, min and max of a list of timings, rounded to milliseconds."""
+    return {"median": round(statistics.median(times), 3), "min": round(min(times), 3), "max": round(max(times), 3)}
+
+
+def markdown_table(results: Results) -> str:
+    """Return the results as a Markdown table: benchmark, runs, median, min, max (seconds)."""
+    lines = ["| benchmark | runs | median s | min s | max s |", "|---|---:|---:|---:|---:|"]
+    for name, times in results.items():
+        s = summary(times)
+        lines.append(f"| {name} | {len(times)} | {s['median']:.2f} | {s['min']:.2f} | {s['max']:.2f} |")
+    return "\n".join(lines)
+
+
+def write_json(path: Path, results: Results) -> None:
+    """Write the raw timings and their summaries as JSON."""
+    data = {"date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cpus": os.cpu_count(),
+            "benchmarks": {name: {"runs": [round(t, 3) for t in times], **summary(times)}
+                           for name, times in results.items()}}
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def bench_lab_exists() -> bool:
+    """Tell whether a lab named `bench` already has hosts, so the benchmark never takes over someone's lab."""
+    status = subprocess.run(lab("status"), cwd=REPO, capture_output=True, text=True, check=True)
+    return bool(json.loads(status.stdout))
+
+
+def parse_args() -> argparse.Namespace:
+    """Return the command line options."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=5, help="runs of each lab and ansible benchmark (default 5)")
+    parser.add_argument("--root-runs", type=int, default=3, help="runs of the debian12 root build (default 3)")
+    parser.add_argument("--skip-root", action="store_true", help="skip the root build benchmark")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write raw timings and medians to FILE")
+    args = parser.parse_args()
+    if args.runs < 1 or args.root_runs < 1:
+        parser.error("--runs and --root-runs must be at least 1")
+    return args
+
+
+def main() -> int:
+    """Run every benchmark, always take the bench lab down, and print the Markdown table."""
+    args = parse_args()
+    if os.geteuid() != 0:
+        print("lab_bench: needs root (the lab starts nspawn hosts, namespaces and mounts): run it as root or with sudo",
+              file=sys.stderr)
+        return 1
+    if bench_lab_exists():
+        print(f"lab_bench: lab {BENCH_LAB!r} already exists: run `tools/lab down --lab {BENCH_LAB}` first",
+              file=sys.stderr)
+        return 1
+    results: Results = {}
+    try:
+        if not args.skip_root:
+            repeat(results, "root build, debian12 (debootstrap)", args.root_runs, build_root_fresh)
+        timed([LAB_TOOL, "build-root", "--distro", "debian12"])  # untimed: make sure the cached root exists
+        for hosts in (1, 3):
+            up_down(results, hosts, args.runs)
+        timed(lab("up", "--hosts", "3", "--first-index", str(FIRST_INDEX)))
+        setup_runs(results, args.runs)
+    except BenchError as error:
+        print(f"lab_bench: {error}", file=sys.stderr)
+        return 1
+    finally:
+        subprocess.run(lab("down"), cwd=REPO, capture_output=True, check=False)
+        if args.json and results:
+            write_json(args.json, results)
+    print(markdown_table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
