@@ -4,10 +4,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 LAB_HOSTS ?= 2
 LAB_DISTRO ?= debian12
+# The lab's file server (tools/lab) serves this directory to lab hosts; the lab inventory points there.
+LAB_WWW := /var/lib/vllm-fleet-lab/www
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 
-.PHONY: setup lab-up lab-down lab test lint syntax unit molecule bench clean
+.PHONY: setup lab-up lab-down lab-model lab test lint syntax unit molecule bench clean
 
 $(BIN)/ansible-playbook: requirements.txt
 	tools/install-host-packages
@@ -24,7 +26,10 @@ lab-up: setup  ## start LAB_HOSTS lab hosts (roots are built once and cached)
 lab-down:  ## stop every host of the lab and remove its network
 	tools/lab down
 
-lab: lab-up  ## the main job on the lab
+lab-model: setup  ## the tiny AWQ checkpoint the lab serves (regenerated only when the generator changes it)
+	$(BIN)/python tools/make_tiny_awq.py --out $(LAB_WWW)/models/tiny-qwen2-awq
+
+lab: lab-up lab-model  ## the main job on the lab
 	ansible-playbook site.yml -l gpu_hosts -i inventory/lab
 
 lint: setup

@@ -44,6 +44,15 @@ def test_overrides_win_and_defaults_are_safe() -> None:
     assert (scene["host"], scene["gpus"], scene["served_model_name"]) == ("127.0.0.1", [0], "qwen2.5-7b")
 
 
+def test_the_only_model_is_the_default() -> None:
+    """A host with one model serves it without naming it; with two, the scene must choose."""
+    (scene,) = resolve({"name": "realtime"})
+    assert scene["model"] == "qwen"
+    two = {**MODELS, "llama": {"path": "/m/llama"}}
+    with pytest.raises(scenes.SceneError, match="model None is not among"):
+        scenes.resolve_scenes([{"name": "realtime"}], PRESETS, two)
+
+
 def test_user_scene_takes_a_preset() -> None:
     """A scene of the user's own names its preset and keeps its own name."""
     (scene,) = resolve({"name": "nightly", "preset": "batch", "model": "qwen", "port": 8100})

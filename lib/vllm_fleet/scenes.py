@@ -44,7 +44,8 @@ def resolve_scene(scene: Scene, presets: dict[str, Scene], models: dict[str, dic
         raise SceneError(f"{where}: no preset {preset_name!r}; set preset to one of {sorted(presets)} "
                          "or add it to vllm_scenes_presets")
     preset = presets[preset_name]
-    model_name = scene.get("model", preset.get("model"))
+    # A host with one model needs no model key in its scenes.
+    model_name = scene.get("model", preset.get("model", next(iter(models)) if len(models) == 1 else None))
     if model_name not in models:
         raise SceneError(f"{where}: model {model_name!r} is not among the host's models {sorted(models)}; "
                          "set model to one of them or add it to vllm_model_list")

@@ -1,4 +1,4 @@
-"""Real state of a lab host after site.yml: systemd runs the host and the kit's services answer."""
+"""Real state of a lab host after the node_exporter role: systemd runs the host and the exporter answers."""
 
 import pytest
 import testinfra.host

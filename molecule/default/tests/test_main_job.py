@@ -1,0 +1,98 @@
+"""The main job's real result on each lab host: vLLM scenes as systemd services serving the tiny AWQ model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import testinfra.host
+
+SERVED = "tiny-qwen2"
+
+
+def scenes_of(host: testinfra.host.Host) -> dict[str, int]:
+    """Return the scenes (name -> port) this host should run."""
+    return {"realtime": 8000, "batch": 8001} if host.backend.get_hostname() == "mdef1" else {"realtime": 8000}
+
+
+def api_key(host: testinfra.host.Host, scene: str) -> str:
+    """Read a scene's API key from its root-only environment file."""
+    line = host.check_output(f"grep ^VLLM_API_KEY= /etc/vllm/scenes/{scene}.env")
+    return line.split("=", 1)[1]
+
+
+def http(host: testinfra.host.Host, url: str, key: str = "", body: dict[str, object] | None = None) -> tuple[int, str]:
+    """Make one HTTP request from the host itself and return (status, body)."""
+    cmd = ["curl", "-sS", "-o", "/tmp/body", "-w", "%{http_code}", "--max-time", "60"]
+    if key:
+        cmd += ["-H", f"Authorization: Bearer {key}"]
+    if body is not None:
+        cmd += ["-H", "Content-Type: application/json", "-d", json.dumps(body)]
+    status = host.check_output(" ".join(f"'{part}'" for part in [*cmd, url]))
+    return int(status), host.file("/tmp/body").content_string
+
+
+def test_systemd_is_pid1_and_running(host: testinfra.host.Host) -> None:
+    """PID 1 is systemd and the boot finished with no failed unit, vLLM scenes included."""
+    assert host.file("/proc/1/comm").content_string.strip() == "systemd"
+    assert host.run("systemctl is-system-running").stdout.strip() == "running"
+
+
+def test_scene_units_active_with_the_kit_settings(host: testinfra.host.Host) -> None:
+    """Each scene is an enabled, active unit with Type=exec, Restart=on-failure and the service user."""
+    for scene in scenes_of(host):
+        unit = f"vllm-scene-{scene}.service"
+        assert host.service(unit).is_enabled and host.service(unit).is_running
+        props = dict(line.split("=", 1) for line in host.check_output(
+            f"systemctl show {unit} -p Type -p Restart -p User -p TimeoutStartUSec -p PrivateDevices").splitlines())
+        assert props == {"Type": "exec", "Restart": "on-failure", "User": "vllm", "TimeoutStartUSec": "30min",
+                         "PrivateDevices": "no"}
+
+
+def test_only_listed_scenes_run(host: testinfra.host.Host) -> None:
+    """A host runs exactly the scenes its variables list."""
+    units = host.check_output("systemctl list-units --plain --no-legend 'vllm-scene-*' | awk '{print $1}'").split()
+    assert sorted(units) == sorted(f"vllm-scene-{s}.service" for s in scenes_of(host))
+
+
+def test_models_endpoint_lists_the_served_name(host: testinfra.host.Host) -> None:
+    """GET /v1/models with the key lists the scene's served model name."""
+    for scene, port in scenes_of(host).items():
+        status, body = http(host, f"http://127.0.0.1:{port}/v1/models", api_key(host, scene))
+        assert status == 200 and [m["id"] for m in json.loads(body)["data"]] == [SERVED]
+
+
+def test_chat_completion_returns_text_and_usage(host: testinfra.host.Host) -> None:
+    """A greedy chat completion returns non-empty text and token usage."""
+    for scene, port in scenes_of(host).items():
+        status, body = http(host, f"http://127.0.0.1:{port}/v1/chat/completions", api_key(host, scene),
+                            {"model": SERVED, "temperature": 0, "max_tokens": 8,
+                             "messages": [{"role": "user", "content": "Hello, how are you?"}]})
+        answer = json.loads(body)
+        assert status == 200 and answer["choices"][0]["message"]["content"].strip()
+        assert answer["usage"]["completion_tokens"] > 0
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/v1/chat/completions"])
+def test_request_without_key_is_refused(host: testinfra.host.Host, path: str) -> None:
+    """Without the API key vLLM answers 401."""
+    for port in scenes_of(host).values():
+        status, _ = http(host, f"http://127.0.0.1:{port}{path}", body={} if "chat" in path else None)
+        assert status == 401
+
+
+def test_secrets_stay_out_of_process_list_and_world(host: testinfra.host.Host) -> None:
+    """The key is only in a 0640 root:vllm file, never on a command line."""
+    processes = host.check_output("ps -eo args")
+    for scene in scenes_of(host):
+        env = host.file(f"/etc/vllm/scenes/{scene}.env")
+        assert (env.user, env.group, env.mode) == ("root", "vllm", 0o640)
+        assert api_key(host, scene) not in processes
+
+
+def test_caches_persist_on_disk_owned_by_the_service(host: testinfra.host.Host) -> None:
+    """Compile caches live under /var/lib/vllm/cache/<scene>, owned by vllm, and are filled after a start."""
+    for scene in scenes_of(host):
+        cache = host.file(f"/var/lib/vllm/cache/{scene}")
+        assert cache.user == "vllm" and cache.is_directory
+        assert host.run(f"find /var/lib/vllm/cache/{scene} -type f | head -1").stdout.strip()
