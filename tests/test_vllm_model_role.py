@@ -1,0 +1,74 @@
+"""The vllm_model role's wiring: its filters exist, its README documents its variables, its defaults stay safe."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType
+
+import yaml
+
+from conftest import REPO
+
+ROLE = REPO / "roles" / "vllm_model"
+ADAPTER = REPO / "plugins" / "filter" / "vllm_fleet_models.py"
+
+
+def _adapter() -> ModuleType:
+    """Import the filter adapter the way Ansible does: as a file, not as a package."""
+    spec = importlib.util.spec_from_file_location("vllm_fleet_models", ADAPTER)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _role_sources() -> str:
+    """All YAML of the role (tasks and vars), concatenated."""
+    return "\n".join(p.read_text() for p in sorted(ROLE.rglob("*.yml")))
+
+
+def test_every_filter_the_role_uses_exists() -> None:
+    """Each vllm_fleet_model_* filter named in the role is provided by the adapter, which has no spare ones."""
+    provided = set(_adapter().FilterModule().filters())
+    used = set(re.findall(r"\bvllm_fleet_model_[a-z_]+", _role_sources()))
+    assert used - provided == set(), f"filters used but not provided: {sorted(used - provided)}"
+    assert provided - used == set(), f"filters provided but unused: {sorted(provided - used)}"
+
+
+def test_readme_documents_every_variable() -> None:
+    """The README's variables table lists each variable of defaults/main.yml."""
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    readme = (ROLE / "README.md").read_text()
+    missing = [name for name in defaults if f"| `{name}` |" not in readme]
+    assert not missing, f"README.md lacks rows for {missing}"
+
+
+def test_token_is_kept_out_of_logs_and_command_lines() -> None:
+    """The token is no_log in the argument spec and reaches only the download task, via stdin, under no_log."""
+    spec = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())
+    assert spec["argument_specs"]["main"]["options"]["vllm_model_hf_token"]["no_log"] is True
+    tasks = yaml.safe_load((ROLE / "tasks" / "fetch.yml").read_text())
+
+    def walk(items: list[dict[str, object]]) -> list[dict[str, object]]:
+        """Flatten blocks and rescues into the list of their tasks."""
+        out: list[dict[str, object]] = []
+        for item in items:
+            if "block" not in item:
+                out.append(item)
+            for key in ("block", "rescue", "always"):
+                out += walk(item.get(key, []))  # type: ignore[arg-type]
+        return out
+
+    sources = [(ROLE / d / "main.yml").read_text() for d in ("vars", "defaults")]
+    token_use = re.compile(r"\{\{[^}]*\bvllm_model_hf_token\b")
+    assert not any(token_use.search(s) for s in sources), "the token is templated into a variable"
+    users = [t for t in walk(tasks) if token_use.search(yaml.safe_dump(t))]
+    assert [t["name"] for t in users] == ["Run hf download"]
+    [task] = users
+    assert task["no_log"] is True
+    assert task["ansible.builtin.command"]["stdin"] == "{{ vllm_model_hf_token }}"  # type: ignore[index]
+    argv = yaml.safe_dump(task["ansible.builtin.command"]["argv"])  # type: ignore[index]
+    assert not re.search(r"\bvllm_model_hf_token\b", argv)
+    assert "HF_TOKEN" not in yaml.safe_dump(task.get("environment", ""))
