@@ -35,6 +35,7 @@ lab: lab-up lab-model  ## the main job on the lab
 lint: setup
 	yamllint --strict .
 	ansible-lint
+	ruff check .
 
 syntax: setup
 	for playbook in site.yml playbooks/*.yml; do ansible-playbook --syntax-check -i inventory/lab "$$playbook" || exit 1; done
@@ -42,14 +43,15 @@ syntax: setup
 unit: setup  # pytest exits 5 when it collects nothing, which fails the target
 	pytest -q tests
 
-molecule: setup
+molecule: setup lab-model  ## every scenario; they use the lab's file server, wheelhouse and tiny model
 	for scenario in molecule/*/molecule.yml; do scenario=$$(basename $$(dirname $$scenario)); \
 	  molecule test -s $$scenario || exit 1; done
 
 test: lint syntax unit molecule  ## everything CI runs
 
-bench: setup  ## timings of the lab (medians over several runs), see docs/benchmarks.md
+bench: setup lab-model  ## timings (medians over several runs), see docs/benchmarks.md
 	$(BIN)/python benchmarks/lab_bench.py
+	$(BIN)/python benchmarks/main_job_bench.py
 
 clean: lab-down
 	rm -rf .cache

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import re
-from pathlib import Path
 from types import ModuleType
 
 import yaml

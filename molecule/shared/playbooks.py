@@ -1,0 +1,19 @@
+"""Run one of a scenario's playbooks again from a testinfra test, the way molecule runs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def run_playbook(scenario: Path, lab: str, limit: str, playbook: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    """Run scenario/playbook with molecule's inventory on one host of one lab; stdout and stderr merged, no colour."""
+    inventory = str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent)  # holds the links to the lab's inventory
+    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory, "--limit", limit,
+               str(scenario / playbook), *extra]
+    env = {**os.environ, "VFL_LAB": lab, "ANSIBLE_CALLBACK_RESULT_FORMAT": "json", "ANSIBLE_NOCOLOR": "1",
+           "ANSIBLE_FORCE_COLOR": "0"}
+    return subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=900,
+                          check=False)

