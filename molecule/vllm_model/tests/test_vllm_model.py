@@ -19,6 +19,9 @@ import testinfra.host
 MODEL_DIR = "/var/lib/vllm/models"
 MARKER = ".vllm-fleet-model.json"
 SCENARIO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(SCENARIO.parent / "shared"))
+
+from playbooks import run_playbook as shared_run_playbook  # noqa: E402
 WWW = Path("/var/lib/vllm-fleet-lab/www/molecule-model")  # mmod_www_dir in vars/mmod.yml
 WORK = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "vllm-model"  # mmod_work_dir
 LAB = "mmod"  # molecule.yml: the lab whose hosts these runs may touch
@@ -45,15 +48,7 @@ def host_digests(host: testinfra.host.Host, name: str) -> dict[str, str]:
 
 def run_playbook(host: testinfra.host.Host, playbook: str, *extra: str) -> subprocess.CompletedProcess[str]:
     """Run a playbook of this scenario as molecule would (its inventory, its lab only, this host only)."""
-    inventory = str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent)  # with the links to the lab's inventory
-    command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory, "--limit",
-               host.backend.get_hostname(), str(SCENARIO / playbook), *extra]
-    # One line per message (the yaml callback format wraps them), no colour codes.
-    env = {**os.environ, "VFL_LAB": LAB, "ANSIBLE_CALLBACK_RESULT_FORMAT": "json", "ANSIBLE_NOCOLOR": "1",
-           "ANSIBLE_FORCE_COLOR": "0"}
-    # Failures go to stderr: merge both, in order.
-    return subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=300,
-                          check=False)
+    return shared_run_playbook(SCENARIO, LAB, host.backend.get_hostname(), playbook, *extra)
 
 
 @pytest.mark.parametrize("name", MODELS)
