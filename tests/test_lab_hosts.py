@@ -55,6 +55,20 @@ def test_hosts_boot_with_systemd_and_answer_ansible(two_hosts: list[dict[str, ob
     assert ping.stdout.count("SUCCESS") == 2
 
 
+def test_file_server_reaches_lab_hosts_only(two_hosts: list[dict[str, object]]) -> None:
+    """Lab hosts fetch from the lab file server at 10.213.0.1:8213."""
+    marker = Path("/var/lib/vllm-fleet-lab/www/itest-marker.txt")
+    marker.write_text("itest\n")
+    try:
+        url = "url=http://10.213.0.1:8213/itest-marker.txt return_content=true"
+        fetch = subprocess.run([str(REPO / ".venv/bin/ansible"), "-i", "inventory/lab", "itest1", "-m",
+                                "ansible.builtin.uri", "-a", url], cwd=REPO, env=ENV, text=True, capture_output=True,
+                               check=False)
+    finally:
+        marker.unlink()
+    assert fetch.returncode == 0 and "itest" in fetch.stdout, fetch.stdout + fetch.stderr
+
+
 def test_second_up_is_harmless(two_hosts: list[dict[str, object]]) -> None:
     """Running up again keeps the same processes and starts nothing."""
     again = lab("up", "--hosts=2", f"--first-index={FIRST_INDEX}")
@@ -106,3 +120,7 @@ def test_down_leaves_nothing_behind() -> None:
     if not list(Path("/var/lib/vllm-fleet-lab/labs").glob("*")):
         rules = subprocess.run(["iptables-save"], text=True, capture_output=True, check=True).stdout
         assert "vllm-fleet-lab" not in rules
+        lo = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], text=True, capture_output=True, check=True)
+        assert "10.213.0.1" not in lo.stdout
+        assert not [p for p in Path("/proc").glob("[0-9]*/cmdline")
+                    if b"http.server" in p.read_bytes() and b"vllm-fleet-lab" in p.read_bytes()]
