@@ -1,0 +1,256 @@
+"""Verification of served scenes: SLO targets per card, the verdict on a `vllm bench serve` result, reports."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+# The cards the kit knows: what verification needs of each (docs/slo.md). bandwidth_gbps is GB/s (1e9 B/s).
+GPU_PROFILES: dict[str, dict[str, Any]] = {
+    "rtx3090": {"memory_gib": 24, "bandwidth_gbps": 936.0, "compute_capability": "8.6"},  # Ampere
+    "rtx4090": {"memory_gib": 24, "bandwidth_gbps": 1008.0, "compute_capability": "8.9"},  # Ada
+    "cpu": {"memory_gib": None, "bandwidth_gbps": None, "compute_capability": None},  # the lab
+}
+
+# SLO gates per profile and scene preset, for the role's default load test (random 128 in / 32 out, 64 prompts,
+# concurrency = the scene's max_num_seqs). *_ms and max_failed are maxima, min_output_throughput (tok/s) a minimum.
+# GPU figures: expected value x 2 (medians), x 3 (p99), throughput at 50%; the arithmetic is in docs/slo.md.
+# They catch a broken deployment; they are not benchmarks. roles/vllm_verify/defaults/main.yml repeats them.
+DEFAULT_SLO: dict[str, dict[str, dict[str, float]]] = {
+    "rtx3090": {
+        "realtime": {"median_ttft_ms": 2100, "p99_ttft_ms": 3100, "median_tpot_ms": 15, "p99_tpot_ms": 122,
+                     "max_failed": 0, "min_output_throughput": 200},
+        "batch": {"median_ttft_ms": 6200, "p99_ttft_ms": 12300, "median_tpot_ms": 158, "p99_tpot_ms": 336,
+                  "max_failed": 0, "min_output_throughput": 220},
+    },
+    "rtx4090": {
+        "realtime": {"median_ttft_ms": 1000, "p99_ttft_ms": 1400, "median_tpot_ms": 14, "p99_tpot_ms": 65,
+                     "max_failed": 0, "min_output_throughput": 380},
+        "batch": {"median_ttft_ms": 2800, "p99_ttft_ms": 5500, "median_tpot_ms": 83, "p99_tpot_ms": 168,
+                  "max_failed": 0, "min_output_throughput": 460},
+    },
+    # The lab: 2-core VM, tiny 2-layer model. Loose but real; tune after measuring.
+    "cpu": {
+        "realtime": {"median_ttft_ms": 3000, "p99_ttft_ms": 15000, "median_tpot_ms": 250, "p99_tpot_ms": 1500,
+                     "max_failed": 0, "min_output_throughput": 10},
+        "batch": {"median_ttft_ms": 3000, "p99_ttft_ms": 15000, "median_tpot_ms": 250, "p99_tpot_ms": 1500,
+                  "max_failed": 0, "min_output_throughput": 10},
+    },
+}
+
+# Target key -> (key of the vllm bench JSON it judges, "max" or "min").
+TARGETS: dict[str, tuple[str, str]] = {
+    "median_ttft_ms": ("median_ttft_ms", "max"),
+    "p99_ttft_ms": ("p99_ttft_ms", "max"),
+    "median_tpot_ms": ("median_tpot_ms", "max"),
+    "p99_tpot_ms": ("p99_tpot_ms", "max"),
+    "max_failed": ("failed", "max"),
+    "min_output_throughput": ("output_throughput", "min"),
+}
+MISSING = "–"
+
+
+class VerifyError(ValueError):
+    """SLO targets or a load-test result the kit cannot judge; the message names the variable and the fix."""
+
+
+def _number(value: Any) -> float | None:
+    """Return value as a finite float, or None when it is absent, not a number, NaN or infinite."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _show(value: Any) -> str:
+    """Format a measured value: integers as they are, other numbers with two decimals."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.2f}"
+    return repr(value)
+
+
+def _show_target(value: float) -> str:
+    """Format a target without trailing zeros (15, 0.001, 2126.5)."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _check_targets(targets: dict[str, Any], where: str) -> None:
+    """Refuse target names the kit does not know and values that are not non-negative numbers."""
+    unknown = sorted(set(targets) - set(TARGETS))
+    if unknown:
+        raise VerifyError(f"{where}: unknown SLO targets {unknown}; valid keys are {list(TARGETS)}")
+    bad = {k: v for k, v in targets.items() if _number(v) is None or v < 0}
+    if bad:
+        raise VerifyError(f"{where}: SLO targets {bad} must be non-negative numbers")
+
+
+def targets_for(profile: str, preset: str, overrides: dict[str, Any] | None = None,
+                profiles: dict[str, dict[str, dict[str, float]]] | None = None) -> dict[str, float]:
+    """Return a scene's SLO targets: its profile's preset targets (realtime for other presets) under the overrides."""
+    table = DEFAULT_SLO if profiles is None else profiles
+    if profile not in table:
+        raise VerifyError(f"vllm_verify_gpu_profile: unknown GPU profile {profile!r}; "
+                          f"set it to one of {sorted(table)}")
+    presets = table[profile]
+    base = presets.get(preset, presets.get("realtime"))
+    if not isinstance(base, dict):
+        raise VerifyError(f"vllm_verify_slo_profiles[{profile}]: no targets for preset {preset!r} "
+                          "and no realtime targets to fall back on")
+    _check_targets(base, f"vllm_verify_slo_profiles[{profile}][{preset if preset in presets else 'realtime'}]")
+    missing = [k for k in TARGETS if k not in base]
+    if missing:
+        raise VerifyError(f"vllm_verify_slo_profiles[{profile}]: targets {missing} are missing; "
+                          f"each preset sets all of {list(TARGETS)}")
+    if not isinstance(overrides or {}, dict):
+        raise VerifyError(f"vllm_verify_slo_overrides: {overrides!r} must map target names to numbers, "
+                          "e.g. {median_tpot_ms: 12}")
+    _check_targets(overrides or {}, "vllm_verify_slo_overrides")
+    merged = {**base, **(overrides or {})}
+    return {k: merged[k] for k in TARGETS}
+
+
+def slo_verdict(bench: dict[str, Any], targets: dict[str, float]) -> dict[str, Any]:
+    """Judge a `vllm bench serve --save-result` JSON against SLO targets; list every target it misses."""
+    _check_targets(targets, "SLO targets")
+    failures: list[dict[str, Any]] = []
+    completed = bench.get("completed")
+    if _number(completed) is None or completed < 1:
+        shown = "missing from the load-test result" if completed is None else _show(completed)
+        failures.append({"metric": "completed", "value": completed, "target": 1,
+                         "message": f"completed {shown} < target 1: no request of the load test completed"})
+    for key in TARGETS:
+        if key not in targets:
+            continue
+        metric, direction = TARGETS[key]
+        target = targets[key]
+        raw = bench.get(metric)
+        value = _number(raw)
+        sign = "<=" if direction == "max" else ">="
+        if value is None:
+            what = "missing from the load-test result" if raw is None else f"is {raw!r}, not a number"
+            failures.append({"metric": metric, "value": None, "target": target,
+                             "message": f"{metric} {what} (target {sign} {_show_target(target)})"})
+        elif (direction == "max" and value > target) or (direction == "min" and value < target):
+            failures.append({"metric": metric, "value": raw, "target": target,
+                             "message": f"{metric} {_show(raw)} {'>' if direction == 'max' else '<'} "
+                                        f"target {_show_target(target)}"})
+    return {"passed": not failures, "failures": failures}
+
+
+def decode_floor_ms(weight_bytes: int | None, bandwidth_gbps: float | None) -> float | None:
+    """Return the batch-1 TPOT lower bound in ms: weight bytes read per token / memory bandwidth (None if unknown)."""
+    if bandwidth_gbps is None or not weight_bytes:
+        return None
+    if _number(bandwidth_gbps) is None or bandwidth_gbps <= 0 or _number(weight_bytes) is None or weight_bytes < 0:
+        raise VerifyError(f"decode floor: weight bytes {weight_bytes!r} and bandwidth {bandwidth_gbps!r} GB/s "
+                          "must be positive numbers")
+    return weight_bytes / (bandwidth_gbps * 1e9) * 1000
+
+
+def floor_percent(median_tpot_ms: float | None, floor_ms: float | None) -> float | None:
+    """Return measured median TPOT as a percentage of the decode floor (100 = at the hardware limit)."""
+    tpot, floor = _number(median_tpot_ms), _number(floor_ms)
+    if tpot is None or floor is None or floor <= 0:
+        return None
+    return tpot / floor * 100
+
+
+def _check(name: str, passed: bool, detail: str) -> dict[str, Any]:
+    """Return one check result."""
+    return {"name": name, "passed": passed, "detail": detail}
+
+
+def scene_checks(scene: dict[str, Any], health: dict[str, Any], models: dict[str, Any], chat: dict[str, Any],
+                 no_key: dict[str, Any], metrics: dict[str, Any], health_timeout: int) -> list[dict[str, Any]]:
+    """Judge a scene's API from the uri results of /health, /v1/models, a chat completion, a keyless call, /metrics."""
+    if health.get("status") != 200:
+        last = f"{health.get('status', 'no answer')} {str(health.get('msg', ''))[:120]}".strip()
+        return [_check("GET /health", False, f"no 200 within {health_timeout} s (last: {last})")]
+    served = [m.get("id") for m in (models.get("json") or {}).get("data", [])]
+    answer = chat.get("json") or {}
+    text = ((answer.get("choices") or [{}])[0].get("message") or {}).get("content") or ""
+    tokens = (answer.get("usage") or {}).get("completion_tokens") or 0
+    series = sorted(set(re.findall(r"(?m)^vllm:[a-z_]+", metrics.get("content") or "")))
+    checks = [
+        _check("GET /health", True, "answered 200"),
+        _check(f"GET /v1/models lists {scene['served_model_name']}", scene["served_model_name"] in served,
+               f"listed: {', '.join(map(str, served)) or 'nothing'}"),
+        _check("chat completion returns text and usage", bool(text.strip()) and tokens > 0,
+               f"status {chat.get('status')}, {tokens} tokens: {text[:60]!r}"),
+    ]
+    if scene.get("api_key_var"):
+        checks.append(_check("request without the API key gets 401", no_key.get("status") == 401,
+                             f"status {no_key.get('status')}"))
+    checks.append(_check("GET /metrics exposes vllm:* series", bool(series), f"{len(series)} vllm:* series"))
+    return checks
+
+
+def _check_reason(check: dict[str, Any]) -> str:
+    """Return the human-readable reason of a failed check."""
+    return f"{check['name']}: {check['detail']}" if check["detail"] else str(check["name"])
+
+
+def scene_report(host: str, scene: dict[str, Any], profile: str, checks: list[dict[str, Any]],
+                 bench: dict[str, Any] | None, targets: dict[str, float], weight_bytes: int | None) -> dict[str, Any]:
+    """Build one scene's report: its checks, the SLO verdict on its load test, the decode floor, and why it failed."""
+    listed = []
+    for check in checks:
+        if not isinstance(check, dict) or "name" not in check:
+            raise VerifyError(f"{host} scene {scene.get('name')!r}: check {check!r} needs a name and passed")
+        listed.append({"name": check["name"], "passed": check.get("passed") is True,
+                       "detail": str(check.get("detail") or "")})
+    failed = [c for c in listed if not c["passed"]]
+    if bench is None:
+        cause = f"{failed[0]['name']} failed" if failed else "it did not run or left no result"
+        slo = {"targets": targets, "passed": False,
+               "failures": [{"metric": "load test", "value": None, "target": None,
+                             "message": f"no load test: {cause}"}]}
+    else:
+        slo = {"targets": targets, **slo_verdict(bench, targets)}
+    floor = decode_floor_ms(weight_bytes, GPU_PROFILES.get(profile, {}).get("bandwidth_gbps"))
+    return {
+        "host": host,
+        "scene": scene.get("name"),
+        "served_model_name": scene.get("served_model_name"),
+        "port": scene.get("port"),
+        "gpu_profile": profile,
+        "checks": listed,
+        "slo": slo,
+        "bench": bench,
+        "decode_floor_ms": floor,
+        "tpot_percent_of_floor": floor_percent((bench or {}).get("median_tpot_ms"), floor),
+        "passed": not failed and slo["passed"],
+        "reasons": [_check_reason(c) for c in failed] + [f["message"] for f in slo["failures"]],
+    }
+
+
+def _cell(text: Any) -> str:
+    """Make text safe inside a Markdown table cell."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _pair(bench: dict[str, Any], first: str, second: str, digits: int) -> str:
+    """Format two bench figures as 'a / b', with a dash for each one missing."""
+    return " / ".join(MISSING if (v := _number(bench.get(k))) is None else f"{v:.{digits}f}" for k in (first, second))
+
+
+def summary_markdown(reports: list[dict[str, Any]]) -> str:
+    """Render scene reports as a Markdown table sorted by host and scene, then how many scenes passed."""
+    lines = ["| host | scene | GPU profile | TTFT p50/p99 ms | TPOT p50/p99 ms | tok/s | % of decode floor | verdict |",
+             "|---|---|---|---:|---:|---:|---:|---|"]
+    ordered = sorted(reports, key=lambda r: (str(r.get("host")), str(r.get("scene"))))
+    for report in ordered:
+        bench = report.get("bench") or {}
+        throughput = _number(bench.get("output_throughput"))
+        percent = _number(report.get("tpot_percent_of_floor"))
+        reasons = report.get("reasons") or []
+        verdict = "pass" if report.get("passed") else ("FAIL: " + reasons[0] if reasons else "FAIL")
+        lines.append("| " + " | ".join(_cell(c) for c in (
+            report.get("host"), report.get("scene"), report.get("gpu_profile"),
+            _pair(bench, "median_ttft_ms", "p99_ttft_ms", 0), _pair(bench, "median_tpot_ms", "p99_tpot_ms", 2),
+            MISSING if throughput is None else f"{throughput:.0f}", MISSING if percent is None else f"{percent:.0f}",
+            verdict)) + " |")
+    passed = sum(1 for r in reports if r.get("passed"))
+    return "\n".join(lines) + f"\n\n{passed} of {len(reports)} scenes passed\n"
