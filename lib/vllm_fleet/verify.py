@@ -66,11 +66,11 @@ def _number(value: Any) -> float | None:
 
 
 def _show(value: Any) -> str:
-    """Format a measured value: integers as they are, other numbers with two decimals."""
+    """Format a measured value: integers as they are, others with two decimals, or 3 significant digits below 1."""
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     if isinstance(value, float):
-        return f"{value:.2f}"
+        return f"{value:.2f}" if abs(value) >= 1 or value == 0 else f"{value:.3g}"
     return repr(value)
 
 

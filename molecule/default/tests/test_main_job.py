@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
+import sys
+import time
+from pathlib import Path
 
 import pytest
 import testinfra.host
@@ -96,3 +100,60 @@ def test_caches_persist_on_disk_owned_by_the_service(host: testinfra.host.Host) 
         cache = host.file(f"/var/lib/vllm/cache/{scene}")
         assert cache.user == "vllm" and cache.is_directory
         assert host.run(f"find /var/lib/vllm/cache/{scene} -type f | head -1").stdout.strip()
+
+
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "molecule" / "shared"))
+
+from playbooks import run_playbook  # noqa: E402
+
+
+def verify(host: testinfra.host.Host, *extra: str) -> tuple[int, str]:
+    """Run playbooks/verify.yml on this host again; return (exit code, output)."""
+    result = run_playbook(REPO / "molecule" / "default", "mdef", host.backend.get_hostname(), "../../playbooks/verify.yml",
+                          *extra)
+    return result.returncode, result.stdout
+
+
+def report(host: testinfra.host.Host, scene: str) -> dict[str, object]:
+    """Return the controller's report of one scene of this host."""
+    return json.loads((REPO / "reports" / host.backend.get_hostname() / f"{scene}.json").read_text())
+
+
+def test_every_scene_has_a_passing_report_with_real_numbers(host: testinfra.host.Host) -> None:
+    """site.yml ended with a passing report per scene, holding vllm bench serve's own figures."""
+    for scene in scenes_of(host):
+        data = report(host, scene)
+        bench = data["bench"]
+        assert data["passed"] is True and data["slo"]["passed"] is True
+        assert bench["completed"] == 64 and bench["failed"] == 0 and bench["output_throughput"] > 0
+        assert all(check["passed"] for check in data["checks"]) and len(data["checks"]) == 5
+    summary = (REPO / "reports" / "summary.md").read_text()
+    assert f"| {host.backend.get_hostname()} | realtime | cpu |" in summary
+
+
+def test_impossible_target_fails_the_scene_and_keeps_it_running(host: testinfra.host.Host) -> None:
+    """A median TPOT target of 0.001 ms fails with metric, value and target; no service restarts."""
+    before = {s: host.check_output(f"systemctl show -p MainPID --value vllm-scene-{s}") for s in scenes_of(host)}
+    code, output = verify(host, "-e", json.dumps({"vllm_verify_slo_overrides": {"realtime": {"median_tpot_ms": 0.001}}}))
+    assert code != 0
+    assert re.search(r"scene realtime: median_tpot_ms [0-9.]+ > target 0\.001", output), output[-2000:]
+    assert report(host, "realtime")["passed"] is False
+    assert {s: host.check_output(f"systemctl show -p MainPID --value vllm-scene-{s}") for s in scenes_of(host)} == before
+
+
+def test_stopped_scene_fails_alone_within_the_bounded_wait(host: testinfra.host.Host) -> None:
+    """With batch stopped, verification fails batch only, after the bounded wait, and its report says why."""
+    if "batch" not in scenes_of(host):
+        pytest.skip("only mdef1 runs two scenes")
+    host.check_output("systemctl stop vllm-scene-batch")
+    try:
+        started = time.monotonic()
+        code, output = verify(host, "-e", "vllm_verify_health_timeout=15")
+        elapsed = time.monotonic() - started
+    finally:
+        host.check_output("systemctl start vllm-scene-batch")
+    assert code != 0 and elapsed < 180
+    assert "scene batch: GET /health: no 200 within 15 s" in output
+    assert report(host, "batch")["passed"] is False and report(host, "realtime")["passed"] is True
+    assert "no 200 within 15 s" in report(host, "batch")["reasons"][0]
