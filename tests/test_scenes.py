@@ -104,3 +104,11 @@ def test_gpu_index_the_host_lacks() -> None:
     (scene,) = resolve({"name": "realtime", "model": "qwen", "gpus": [0, 1]})
     assert "asks for GPU [1] but the host has [0]" in scenes.gpu_problems(scene, [0])[0]
     assert scenes.gpu_problems(scene, [0, 1]) == []
+
+
+@pytest.mark.parametrize(("value", "expected"), [("127.0.0.1", True), ("0.0.0.0", True), ("::1", True), ("fe80::1", True),
+                                                 ("256.1.1.1", False), ("[::1]", False), ("host.example", False),
+                                                 ("fe80::1%eth0", False), ("10.0.0.1:80", False), (None, False)])
+def test_is_ip_literal(value: object, expected: bool) -> None:
+    """Listen addresses must be bare IP literals."""
+    assert scenes.is_ip_literal(value) is expected

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from typing import Any
 
@@ -124,3 +125,12 @@ def gpu_problems(scene: Scene, available: list[int]) -> list[str]:
 def models_by_name(model_list: list[dict[str, Any]], model_dir: str) -> dict[str, dict[str, Any]]:
     """Index the host's model list by name, with the path each model is installed at."""
     return {m["name"]: {**m, "path": f"{model_dir}/{m['name']}"} for m in model_list if "name" in m}
+
+
+def is_ip_literal(value: Any) -> bool:
+    """Tell whether value is a bare IPv4 or IPv6 address (no brackets, port, zone or host name)."""
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return isinstance(value, str) and "%" not in value

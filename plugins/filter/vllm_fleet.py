@@ -35,4 +35,5 @@ class FilterModule:
             "vllm_fleet_exposure_problems": _guarded(scenes.exposure_problems),
             "vllm_fleet_gpu_problems": _guarded(scenes.gpu_problems),
             "vllm_fleet_models_by_name": _guarded(scenes.models_by_name),
+            "vllm_fleet_is_ip": scenes.is_ip_literal,
         }
