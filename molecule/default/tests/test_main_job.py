@@ -157,3 +157,14 @@ def test_stopped_scene_fails_alone_within_the_bounded_wait(host: testinfra.host.
     assert "scene batch: GET /health: no 200 within 15 s" in output
     assert report(host, "batch")["passed"] is False and report(host, "realtime")["passed"] is True
     assert "no 200 within 15 s" in report(host, "batch")["reasons"][0]
+
+
+def test_client_settings_reference_the_key_without_holding_it(host: testinfra.host.Host) -> None:
+    """Each scene has an OpenAI-compatible settings file on the controller that names its key but does not hold it."""
+    name = host.backend.get_hostname()
+    for scene, port in scenes_of(host).items():
+        settings = json.loads((REPO / "clients" / name / f"{scene}.json").read_text())
+        assert settings["base_url"].endswith(f":{port}/v1") and settings["model"] == SERVED
+        assert settings["api_key_vault_var"] == f"vault_lab_{scene}_api_key"
+        assert {"max_tokens", "temperature", "timeout"} <= set(settings)
+        assert api_key(host, scene) not in json.dumps(settings)
