@@ -1,7 +1,19 @@
-"""Make the repo's Python tools importable in tests."""
+"""Make the repo's Python tools importable in tests, and load the Ansible filter plugin as Ansible does."""
 
+import importlib.util
 import sys
 from pathlib import Path
+from types import ModuleType
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
+FILTER_PLUGIN = REPO / "plugins" / "filter" / "vllm_fleet.py"
+
+
+def filter_plugin() -> ModuleType:
+    """Import the filter plugin as a file, not as a package, the way Ansible loads it."""
+    spec = importlib.util.spec_from_file_location("vllm_fleet_filters", FILTER_PLUGIN)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

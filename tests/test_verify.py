@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
 import sys
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, filter_plugin
 
 sys.path.insert(0, str(REPO / "lib"))
 
 from vllm_fleet import verify  # noqa: E402
 
-ADAPTER = REPO / "plugins" / "filter" / "vllm_fleet_verify.py"
 ROLE = REPO / "roles" / "vllm_verify"
 QWEN_AWQ_BYTES = 5_600_000_000  # Qwen2.5-7B-Instruct-AWQ on disk (vllm-facts.md)
 
@@ -49,14 +46,6 @@ SCENE = {"name": "realtime", "preset": "realtime", "port": 8000, "served_model_n
 GOOD_CHECKS = [{"name": "GET /health", "passed": True, "detail": "answered 200"},
                {"name": "GET /v1/models lists qwen2.5-7b", "passed": True, "detail": "listed: qwen2.5-7b"}]
 
-
-def _adapter() -> ModuleType:
-    """Import the filter adapter the way Ansible does: as a file, not as a package."""
-    spec = importlib.util.spec_from_file_location("vllm_fleet_verify", ADAPTER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_a_healthy_result_passes() -> None:
@@ -249,20 +238,10 @@ def test_adapter_turns_kit_errors_into_filter_errors() -> None:
     """The filters exist under their names and a VerifyError reaches Ansible as AnsibleFilterError."""
     from ansible.errors import AnsibleFilterError
 
-    filters = _adapter().FilterModule().filters()
-    assert set(filters) == {"vllm_fleet_slo_targets", "vllm_fleet_slo_verdict", "vllm_fleet_scene_report",
-                            "vllm_fleet_verify_summary", "vllm_fleet_decode_floor", "vllm_fleet_scene_checks"}
+    filters = filter_plugin().FilterModule().filters()
     assert filters["vllm_fleet_slo_targets"]("cpu", "batch", {}) == verify.DEFAULT_SLO["cpu"]["batch"]
     with pytest.raises(AnsibleFilterError, match="unknown GPU profile 'h200'"):
         filters["vllm_fleet_slo_targets"]("h200", "realtime", {})
-
-
-def test_every_verify_filter_the_role_uses_exists() -> None:
-    """Each vllm_fleet_slo_* / scene_report / verify_* / decode_floor filter named in the role is provided."""
-    sources = "\n".join(p.read_text() for p in sorted(ROLE.rglob("*")) if p.is_file() and p.suffix in (".yml", ".j2"))
-    used = set(re.findall(r"\bvllm_fleet_(?:slo_[a-z_]+|scene_report|verify_[a-z_]+|decode_floor)\b", sources))
-    assert used - set(_adapter().FilterModule().filters()) == set()
-
 
 
 KEYED_SCENE = {"name": "realtime", "served_model_name": "qwen2.5-7b", "api_key_var": "vault_key"}

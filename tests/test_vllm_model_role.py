@@ -2,38 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
-from types import ModuleType
 
 import yaml
 
 from conftest import REPO
 
 ROLE = REPO / "roles" / "vllm_model"
-ADAPTER = REPO / "plugins" / "filter" / "vllm_fleet_models.py"
 
-
-def _adapter() -> ModuleType:
-    """Import the filter adapter the way Ansible does: as a file, not as a package."""
-    spec = importlib.util.spec_from_file_location("vllm_fleet_models", ADAPTER)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _role_sources() -> str:
     """All YAML of the role (tasks and vars), concatenated."""
     return "\n".join(p.read_text() for p in sorted(ROLE.rglob("*.yml")))
-
-
-def test_every_filter_the_role_uses_exists() -> None:
-    """Each vllm_fleet_model_* filter named in the role is provided by the adapter, which has no spare ones."""
-    provided = set(_adapter().FilterModule().filters())
-    used = set(re.findall(r"\bvllm_fleet_model_[a-z_]+", _role_sources()))
-    assert used - provided == set(), f"filters used but not provided: {sorted(used - provided)}"
-    assert provided - used == set(), f"filters provided but unused: {sorted(provided - used)}"
 
 
 def test_readme_documents_every_variable() -> None:

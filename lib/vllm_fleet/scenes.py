@@ -6,6 +6,8 @@ import ipaddress
 import re
 from typing import Any
 
+from . import FleetError
+
 Scene = dict[str, Any]
 SCENE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 # Keys a scene sets itself; everything else a scene configures goes through engine_args.
@@ -14,7 +16,7 @@ SCENE_KEYS = {"name", "preset", "port", "host", "gpus", "model", "served_model_n
 OWNED_ARGS = {"model", "served-model-name", "host", "port", "api-key", "config"}
 
 
-class SceneError(ValueError):
+class SceneError(FleetError):
     """A scene definition that cannot be served; the message names the variable and the fix."""
 
 

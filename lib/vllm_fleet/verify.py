@@ -6,6 +6,8 @@ import math
 import re
 from typing import Any
 
+from . import FleetError
+
 # The cards the kit knows: what verification needs of each (docs/slo.md). bandwidth_gbps is GB/s (1e9 B/s).
 GPU_PROFILES: dict[str, dict[str, Any]] = {
     "rtx3090": {"memory_gib": 24, "bandwidth_gbps": 936.0, "compute_capability": "8.6"},  # Ampere
@@ -54,7 +56,7 @@ TARGETS: dict[str, tuple[str, str]] = {
 MISSING = "–"
 
 
-class VerifyError(ValueError):
+class VerifyError(FleetError):
     """SLO targets or a load-test result the kit cannot judge; the message names the variable and the fix."""
 
 

@@ -1,4 +1,4 @@
-"""Ansible filters over vllm-fleet's pure logic (lib/vllm_fleet): scene resolution and config rendering."""
+"""Ansible filters over vllm-fleet's pure logic (lib/vllm_fleet): scenes, model weights and verification."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
 
-from vllm_fleet import scenes  # noqa: E402
+from vllm_fleet import FleetError, models, scenes, verify  # noqa: E402
 
 
 def _guarded(function: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn the kit's SceneError into an Ansible filter error carrying the same message."""
+    """Turn the kit's errors into Ansible filter errors carrying the same message."""
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return function(*args, **kwargs)
-        except scenes.SceneError as error:
+        except FleetError as error:
             raise AnsibleFilterError(str(error)) from None
     wrapper.__doc__ = function.__doc__
     return wrapper
@@ -36,4 +36,21 @@ class FilterModule:
             "vllm_fleet_gpu_problems": _guarded(scenes.gpu_problems),
             "vllm_fleet_models_by_name": _guarded(scenes.models_by_name),
             "vllm_fleet_is_ip": scenes.is_ip_literal,
+            "vllm_fleet_model_manifest_paths": models.manifest_paths,
+            "vllm_fleet_model_controller_dirs": models.controller_dirs,
+            "vllm_fleet_model_listings": models.listings,
+            "vllm_fleet_model_problems": models.problems,
+            "vllm_fleet_model_wanted": models.wanted,
+            "vllm_fleet_model_marker_paths": models.marker_paths,
+            "vllm_fleet_model_plan": models.plan,
+            "vllm_fleet_model_subdirs": models.subdirs,
+            "vllm_fleet_model_space_problem": models.space_problem,
+            "vllm_fleet_model_verify": models.verify,
+            "vllm_fleet_model_marker": models.marker,
+            "vllm_fleet_model_failure": models.failure,
+            "vllm_fleet_model_published": models.published,
+            "vllm_fleet_slo_targets": _guarded(verify.targets_for),
+            "vllm_fleet_scene_report": _guarded(verify.scene_report),
+            "vllm_fleet_scene_checks": _guarded(verify.scene_checks),
+            "vllm_fleet_verify_summary": _guarded(verify.summary_markdown),
         }
