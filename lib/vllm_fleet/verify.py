@@ -32,15 +32,14 @@ DEFAULT_SLO: dict[str, dict[str, dict[str, float]]] = {
         "batch": {"median_ttft_ms": 2800, "p99_ttft_ms": 5500, "median_tpot_ms": 83, "p99_tpot_ms": 168,
                   "max_failed": 0, "min_output_throughput": 460},
     },
-    # The lab: 2-core VM, tiny 2-layer model. Loose but real; tune after measuring.
-    # The lab (2 cores, tiny model, three scenes on one VM): 10x the worst figure of `make lab` on 2026-11-29
-    # (realtime TTFT p50/p99 100/147 ms, TPOT 3.4/5.4 ms, 3,441 tok/s; batch 195/221 ms, 6.5/7.3 ms, 4,903 tok/s),
-    # throughput at a tenth.
+    # The lab (2 cores, tiny model, three scenes on one VM). Its latency swings tenfold with load: batch TTFT p50 was
+    # 195 ms under `make lab` and 2,099 ms in a CI run (its first wave of 64 pays CPU compilation). These gates catch a
+    # scene that hangs, fails requests or crawls, not a slow one; docs/slo.md lists the measured figures.
     "cpu": {
-        "realtime": {"median_ttft_ms": 1000, "p99_ttft_ms": 1500, "median_tpot_ms": 35, "p99_tpot_ms": 55,
-                     "max_failed": 0, "min_output_throughput": 340},
-        "batch": {"median_ttft_ms": 2000, "p99_ttft_ms": 2200, "median_tpot_ms": 65, "p99_tpot_ms": 75,
-                  "max_failed": 0, "min_output_throughput": 490},
+        "realtime": {"median_ttft_ms": 2000, "p99_ttft_ms": 5000, "median_tpot_ms": 50, "p99_tpot_ms": 250,
+                     "max_failed": 0, "min_output_throughput": 200},
+        "batch": {"median_ttft_ms": 10000, "p99_ttft_ms": 15000, "median_tpot_ms": 100, "p99_tpot_ms": 500,
+                  "max_failed": 0, "min_output_throughput": 200},
     },
 }
 
