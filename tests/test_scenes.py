@@ -112,3 +112,12 @@ def test_gpu_index_the_host_lacks() -> None:
 def test_is_ip_literal(value: object, expected: bool) -> None:
     """Listen addresses must be bare IP literals."""
     assert scenes.is_ip_literal(value) is expected
+
+
+@pytest.mark.parametrize(("listen", "url"), [("0.0.0.0", "http://127.0.0.1:8000"), ("::", "http://[::1]:8000"),
+                                             ("127.0.0.1", "http://127.0.0.1:8000"), ("::1", "http://[::1]:8000"),
+                                             ("10.213.1.2", "http://10.213.1.2:8000")])
+def test_local_url_reaches_wildcards_over_loopback(listen: str, url: str) -> None:
+    """Probes on the host reach wildcard listeners over loopback, with IPv6 addresses in brackets."""
+    assert scenes.local_url(listen, 8000) == url
+    assert scenes.reach_address(listen) == url.removeprefix("http://").rsplit(":", 1)[0].strip("[]")

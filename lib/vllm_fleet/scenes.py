@@ -136,3 +136,18 @@ def is_ip_literal(value: Any) -> bool:
     except ValueError:
         return False
     return isinstance(value, str) and "%" not in value
+
+
+# A probe on the host itself reaches a service listening on a wildcard address over loopback.
+_WILDCARDS = {"0.0.0.0": "127.0.0.1", "::": "::1"}
+
+
+def reach_address(listen: str) -> str:
+    """Return the address a probe on the host connects to for a service listening on `listen`."""
+    return _WILDCARDS.get(listen, listen)
+
+
+def local_url(listen: str, port: int) -> str:
+    """Return the http base URL a probe on the host uses for a service on listen:port (IPv6 in brackets)."""
+    address = reach_address(listen)
+    return f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"

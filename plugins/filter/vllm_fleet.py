@@ -36,6 +36,8 @@ class FilterModule:
             "vllm_fleet_gpu_problems": _guarded(scenes.gpu_problems),
             "vllm_fleet_models_by_name": _guarded(scenes.models_by_name),
             "vllm_fleet_is_ip": scenes.is_ip_literal,
+            "vllm_fleet_reach_address": scenes.reach_address,
+            "vllm_fleet_local_url": scenes.local_url,
             "vllm_fleet_model_manifest_paths": models.manifest_paths,
             "vllm_fleet_model_controller_dirs": models.controller_dirs,
             "vllm_fleet_model_listings": models.listings,
