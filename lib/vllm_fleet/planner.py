@@ -226,7 +226,7 @@ def _model_config(scene: dict[str, Any], model_list: list[dict[str, Any]], user_
     return entry
 
 
-def _version(text: str) -> tuple[int, int]:
+def version_tuple(text: str) -> tuple[int, int]:
     """Return the (major, minor) of a vLLM version such as 0.33.0 or 0.32.0+cpu."""
     match = re.match(r"^(\d+)\.(\d+)", str(text))
     if not match:
@@ -236,18 +236,20 @@ def _version(text: str) -> tuple[int, int]:
 
 def default_utilization(vllm_version: str) -> float:
     """Return vLLM's default gpu_memory_utilization for a release: 0.92 since 0.20, 0.90 before."""
-    return 0.92 if _version(vllm_version) >= (0, 20) else 0.90
+    return 0.92 if version_tuple(vllm_version) >= (0, 20) else 0.90
+
+
+def compute_capability(gpu: dict[str, Any]) -> Optional[int]:
+    """Return a GPU's compute capability as one number (8.6 -> 86): its profile's, else the fact's, else None."""
+    known = GPU_PROFILES.get(str(gpu.get("profile")), {}).get("compute_capability")
+    major, _, minor = str(gpu.get("compute_capability") or "").partition(".")
+    return known or (int(major) * 10 + int(minor or 0) if major.isdigit() else None)
 
 
 def card(gpu: dict[str, Any], where: str) -> Card:
     """Turn one GPU of the vllm_fleet_gpus fact into what the planner needs of it."""
     profile = str(gpu.get("profile") or "generic")
     known = GPU_PROFILES.get(profile, {})
-    capability = gpu.get("compute_capability")
-    sm = known.get("compute_capability")
-    if sm is None and capability:
-        major, _, minor = str(capability).partition(".")
-        sm = int(major) * 10 + int(minor or 0)
     memory_mib = gpu.get("memory_total_mib") or known.get("memory_mib")
     if not memory_mib:
         raise PlanError(f"{where}: GPU {gpu.get('index')} reports no memory size (nvidia-smi failed?); "
@@ -256,7 +258,7 @@ def card(gpu: dict[str, Any], where: str) -> Card:
     bandwidth = known.get("bandwidth_gbps") or next(
         (gbps for pattern, gbps in BANDWIDTH_BY_NAME if re.search(pattern, name)), None)
     total = (int(memory_mib) - known.get("reserved_mib", GENERIC_RESERVED_MIB)) * MiB
-    return Card(index=int(gpu.get("index", 0)), name=name, profile=profile, compute_capability=sm,
+    return Card(index=int(gpu.get("index", 0)), name=name, profile=profile, compute_capability=compute_capability(gpu),
                 total_bytes=total, bandwidth_gbps=bandwidth)
 
 
@@ -349,7 +351,8 @@ def plan_scene(scene: dict[str, Any], arch: Architecture, cards: Optional[list[C
                         graphs=not engine_arg(scene, "enforce_eager", False))
         kv = max(0, budget - weights - sum(parts.values()))
         floor = decode_floor_ms(arch.read_bytes // tensor_parallel, smallest.bandwidth_gbps)
-        plan.update({"device": ", ".join(f"GPU {c.index} {c.name}" for c in cards), "profile": smallest.profile,
+        names = [c.name.removeprefix("NVIDIA ").removeprefix("GeForce ") for c in cards]
+        plan.update({"device": ", ".join(f"GPU {c.index} {n}" for c, n in zip(cards, names)), "profile": smallest.profile,
                      "utilization": utilization, "budget_gib": _gib(budget), "max_num_batched_tokens": tokens,
                      "reserve_gib": _gib(sum(parts.values())), "activation_gib": _gib(parts["activation"]),
                      "cuda_graphs_gib": _gib(parts["cuda_graphs"]), "non_torch_gib": _gib(parts["non_torch"]),
@@ -406,6 +409,8 @@ def _cell(value: Any) -> str:
         return "yes" if value else "NO"
     if isinstance(value, int):
         return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:.2f}"
     return str(value)
 
 
@@ -416,13 +421,16 @@ TABLE_COLUMNS = [("scene", "scene"), ("device", "device"), ("model", "model"), (
                  ("decode_floor_ms", "decode floor ms"), ("fits", "fits")]
 
 
-def plan_table(plans: list[Plan]) -> list[str]:
-    """Render plans as Markdown table lines (host, scene, memory split, KV tokens, concurrency, decode floor)."""
-    lines = ["| host | " + " | ".join(title for _, title in TABLE_COLUMNS) + " |",
-             "|---" * (len(TABLE_COLUMNS) + 1) + "|"]
-    for plan in plans:
-        if plan.get("problem"):
-            lines.append(f"| {plan['host']} | {plan['scene']} | no plan: {plan['problem']} |")
-            continue
-        lines.append(f"| {plan['host']} | " + " | ".join(_cell(plan.get(key)) for key, _ in TABLE_COLUMNS) + " |")
-    return lines
+def plan_table(plans: list[Plan]) -> str:
+    """Render plans as an aligned Markdown table (host, scene, memory split, KV tokens, concurrency, decode floor)."""
+    header = ["host"] + [title for _, title in TABLE_COLUMNS]
+    rows = [[plan["host"], plan["scene"], f"no plan: {plan['problem']}"] if plan.get("problem")
+            else [plan["host"]] + [_cell(plan.get(key)) for key, _ in TABLE_COLUMNS] for plan in plans]
+    # A scene without a plan has its reason in the device column; it does not widen the columns of the others.
+    widths = [max(len(row[i]) for row in [header] + rows if len(row) == len(header)) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        """Join one row's cells, padded to the column widths."""
+        return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
+
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in rows])

@@ -1,4 +1,5 @@
-"""Ansible filters over vllm-fleet's pure logic (lib/vllm_fleet): scenes, model weights and verification."""
+"""Ansible filters over vllm-fleet's pure logic (lib/vllm_fleet): scenes, model weights, capacity plans, hardware
+rules and verification."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
 
-from vllm_fleet import FleetError, models, scenes, verify  # noqa: E402
+from vllm_fleet import FleetError, hardware, models, planner, scenes, verify  # noqa: E402
 
 
 def _guarded(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -51,6 +52,10 @@ class FilterModule:
             "vllm_fleet_model_marker": models.marker,
             "vllm_fleet_model_failure": models.failure,
             "vllm_fleet_model_published": models.published,
+            "vllm_fleet_plan_config_paths": _guarded(planner.config_paths),
+            "vllm_fleet_plan": _guarded(planner.plan_host),
+            "vllm_fleet_plan_table": planner.plan_table,
+            "vllm_fleet_hardware_problems": _guarded(hardware.problems),
             "vllm_fleet_slo_targets": _guarded(verify.targets_for),
             "vllm_fleet_scene_report": _guarded(verify.scene_report),
             "vllm_fleet_scene_checks": _guarded(verify.scene_checks),
