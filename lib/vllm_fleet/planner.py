@@ -328,10 +328,12 @@ def plan_scene(scene: dict[str, Any], arch: Architecture, cards: Optional[list[C
     max_num_seqs = int(engine_arg(scene, "max_num_seqs", DEFAULT_CPU_MAX_NUM_SEQS if on_cpu else DEFAULT_MAX_NUM_SEQS))
     block_size = int(engine_arg(scene, "block_size", DEFAULT_CPU_BLOCK_SIZE if on_cpu else DEFAULT_BLOCK_SIZE))
     tensor_parallel = int(engine_arg(scene, "tensor_parallel_size", 1))
-    dtype = str(engine_arg(scene, "dtype", model_dtype))
+    dtype = str(engine_arg(scene, "dtype", "auto"))
+    dtype = model_dtype if dtype == "auto" else dtype
     kv_dtype = str(engine_arg(scene, "kv_cache_dtype", "auto"))
     per_token = kv_bytes_per_token(arch, kv_dtype, dtype, tensor_parallel)
-    weights = arch.loaded_bytes // tensor_parallel
+    # vLLM's load figures and extras are GPU measurements; in CPU memory the tensors are what the shapes say.
+    weights = (arch.weight_bytes if on_cpu else arch.loaded_bytes) // tensor_parallel
     plan: Plan = {"scene": scene["name"], "model": scene["model"], "gpus": scene["gpus"], "max_model_len": max_model_len,
                   "max_num_seqs": max_num_seqs, "kv_cache_dtype": kv_dtype, "block_size": block_size,
                   "tensor_parallel_size": tensor_parallel, "weights_gib": _gib(weights),
@@ -386,14 +388,14 @@ def plan_host(scenes: list[dict[str, Any]], host: str, gpus_fact: Optional[dict[
         try:
             config = _model_config(scene, model_list or [], user_models or {}, host_configs)
             arch = architecture(config, f"{where} model {scene['model']}")
+            dtype = str(config.get("torch_dtype") or "auto")
             if flavour == "cpu":
                 env = {**(cpu_env or {}), **scene.get("env", {})}
-                plan = plan_scene(scene, arch, None, vllm_version, float(env.get("VLLM_CPU_KVCACHE_SPACE") or 0))
+                plan = plan_scene(scene, arch, None, vllm_version, float(env.get("VLLM_CPU_KVCACHE_SPACE") or 0), dtype)
             elif not (gpus_fact or {}).get("gpus"):
                 raise PlanError("no NVIDIA GPU is visible on the host yet (vllm_fleet_gpus lists none)")
             else:
-                plan = plan_scene(scene, arch, _cards_for(scene, gpus_fact or {}, where), vllm_version,
-                                  model_dtype=str(config.get("torch_dtype") or "auto"))
+                plan = plan_scene(scene, arch, _cards_for(scene, gpus_fact or {}, where), vllm_version, model_dtype=dtype)
         except PlanError as error:
             plan = {"scene": scene["name"], "model": scene["model"], "gpus": scene["gpus"], "fits": None,
                     "problem": str(error).removeprefix(f"{where}: ")}
