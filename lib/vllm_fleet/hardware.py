@@ -198,10 +198,10 @@ def driver_findings(host: str, gpus_fact: dict[str, Any], vllm_version: str) -> 
     needed = required_driver_branch(vllm_version)
     if not isinstance(branch, int) or branch >= needed:
         return []
+    older = ", or pin vllm_version 0.18 or older for this host" if branch >= required_driver_branch("0.18") else ""
     return [(ERROR, f"{host}: vllm_version {vllm_version} needs NVIDIA driver R{needed} or newer (its wheels are CUDA "
                     f"{13 if needed >= 580 else 12} builds) but the host runs {gpus_fact.get('driver_version')} "
-                    f"(R{branch}): upgrade the driver to R{needed} or newer (the kit's driver role), or pin "
-                    "vllm_version 0.18 or older for this host")]
+                    f"(R{branch}): upgrade the driver to R{needed} or newer (the kit's driver role){older}")]
 
 
 def problems(host: str, scenes: list[dict[str, Any]], plans: list[dict[str, Any]],
