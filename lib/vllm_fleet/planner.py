@@ -83,7 +83,7 @@ DEFAULT_MAX_NUM_SEQS = 256
 DEFAULT_CPU_MAX_NUM_SEQS = 128
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_CPU_BLOCK_SIZE = 128
-KV_DTYPE_BYTES = {"float16": 2.0, "bfloat16": 2.0, "half": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0,
+KV_DTYPE_BYTES = {"float16": 2.0, "bfloat16": 2.0, "fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0,
                   "fp8_inc": 1.0, "fp8_per_token_head": 1.0, "int8_per_token_head": 1.0, "int4_per_token_head": 0.5}
 FLOAT32_NAMES = {"float32", "float"}
 
@@ -118,7 +118,6 @@ class Card:
     index: int
     name: str
     profile: str
-    compute_capability: Optional[int]  # e.g. 86 for 8.6
     total_bytes: int  # CUDA-visible total, what gpu_memory_utilization multiplies
     bandwidth_gbps: Optional[float]
 
@@ -258,8 +257,8 @@ def card(gpu: dict[str, Any], where: str) -> Card:
     bandwidth = known.get("bandwidth_gbps") or next(
         (gbps for pattern, gbps in BANDWIDTH_BY_NAME if re.search(pattern, name)), None)
     total = (int(memory_mib) - known.get("reserved_mib", GENERIC_RESERVED_MIB)) * MiB
-    return Card(index=int(gpu.get("index", 0)), name=name, profile=profile, compute_capability=compute_capability(gpu),
-                total_bytes=total, bandwidth_gbps=bandwidth)
+    return Card(index=int(gpu.get("index", 0)), name=name, profile=profile, total_bytes=total,
+                bandwidth_gbps=bandwidth)
 
 
 def engine_arg(scene: dict[str, Any], key: str, default: Any = None) -> Any:
