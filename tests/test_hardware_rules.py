@@ -83,8 +83,11 @@ def test_weights_alone_exceed_the_budget() -> None:
 def test_cpu_kv_cache_too_small_for_one_sequence() -> None:
     """On the lab the KV cache is VLLM_CPU_KVCACHE_SPACE; a sequence longer than it holds is refused."""
     too_long = scene(model="qwen", max_model_len=32768, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
-    only(check([too_long], facts(), "cpu", "0.32.0")["errors"], "CPU KV cache", "raise vllm_scenes_cpu_kvcache_gib")
-    assert check([scene(max_model_len=16384)], facts(), "cpu", "0.32.0")["errors"] == []  # 1 GiB holds 18,724 tokens
+    only(check([too_long], facts(), "cpu", "0.32.0")["errors"], "CPU KV cache", "raise vllm_scenes_cpu_kvcache_gib",
+         "lower max_model_len to 18,688 or less")
+    none = scene(env={"VLLM_CPU_KVCACHE_SPACE": "0"})
+    assert "lower max_model_len" not in only(check([none], facts(), "cpu", "0.32.0")["errors"], "is 0.0 GiB")
+    assert check([scene(max_model_len=16384)], facts(), "cpu", "0.32.0")["errors"] == []  # 1 GiB: 146 blocks of 128
 
 
 def test_unplannable_scene_is_a_warning() -> None:

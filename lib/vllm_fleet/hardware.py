@@ -32,6 +32,11 @@ def _scene_var(host: str, scene: dict[str, Any], key: str = "") -> str:
     return f"{where}.engine_args.{key}" if key else where
 
 
+def _size(size: float) -> str:
+    """Format bytes as GiB, or as MiB below one GiB so that small models do not read as 0.0 GiB."""
+    return f"{size / GiB:.1f} GiB" if size >= GiB else f"{size / 1024**2:.1f} MiB"
+
+
 def _mapping(value: Any) -> dict[str, Any]:
     """Return an engine argument that vLLM takes as a mapping or a JSON string, as a mapping."""
     if isinstance(value, str):
@@ -72,12 +77,13 @@ def fit_findings(host: str, scene: dict[str, Any], plan: dict[str, Any]) -> list
                           f"{plan['problem']}")]
     if plan["fits"]:
         return []
-    need = (f"one {plan['max_model_len']:,}-token sequence needs {plan['kv_needed_gib']} GiB of KV cache "
-            f"({plan['kv_bytes_per_token']:,} B/token)")
+    need = (f"one {plan['max_model_len']:,}-token sequence needs {_size(plan['max_model_len'] * plan['kv_bytes_per_token'])}"
+            f" of KV cache ({plan['kv_bytes_per_token']:,} B/token)")
+    shorter = f" or lower max_model_len to {plan['kv_tokens']:,} or less" if plan["kv_tokens"] else ""
     if plan["budget_gib"] is None:
         return [(ERROR, f"{_scene_var(host, scene, 'max_model_len')}: {need} but the CPU KV cache "
-                        f"(VLLM_CPU_KVCACHE_SPACE) is {plan['kv_cache_gib']} GiB: raise vllm_scenes_cpu_kvcache_gib "
-                        f"or lower max_model_len to {plan['kv_tokens']:,} or less")]
+                        f"(VLLM_CPU_KVCACHE_SPACE) is {plan['kv_cache_gib']} GiB: raise vllm_scenes_cpu_kvcache_gib"
+                        f"{shorter}")]
     split = (f"the {plan['budget_gib']} GiB budget (gpu_memory_utilization {plan['utilization']} of {plan['device']}) "
              f"less {plan['weights_gib']} GiB of weights and a {plan['reserve_gib']} GiB activation/CUDA-graph reserve")
     if plan["kv_tokens"] == 0:
