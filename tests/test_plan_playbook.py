@@ -1,0 +1,43 @@
+"""playbooks/plan.yml on the example fleet, whose GPU facts are host variables: no host is contacted."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from conftest import REPO
+
+EXAMPLE = REPO / "inventory" / "example"
+
+
+def plan(*extra: str) -> subprocess.CompletedProcess[str]:
+    """Run plan.yml against the example inventory; return the finished process."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.memory",
+           "ANSIBLE_NOCOLOR": "1"}
+    argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "playbooks/plan.yml", "-i", str(EXAMPLE), *extra]
+    return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_seed_scenario_is_planned_on_both_cards() -> None:
+    """Every example scene fits, with the seeds' shape: AWQ weights, ~15 GiB of KV and ~70x concurrency at 4,096."""
+    result = plan()
+    assert result.returncode == 0, result.stdout[-3000:]
+    rows = [line for line in result.stdout.splitlines() if line.strip().startswith("| gpu-")]
+    assert len(rows) == 4, rows
+    cells = {tuple(cell.strip() for cell in row.split("|")[1:3]): row for row in rows}
+    assert "GPU 1 RTX 3090" in cells[("gpu-3090-a", "batch")] and "| 0.95 |" in cells[("gpu-3090-a", "batch")]
+    assert "GPU 0 RTX 4090" in cells[("gpu-4090-a", "realtime")]
+    for row in rows:
+        assert row.rstrip().endswith("| yes  |"), row
+        assert "| 5.38 " in row and "| 57,344 " in row, row
+
+
+def test_impossible_plan_is_refused_before_any_change() -> None:
+    """Llama 8B BF16 at 131,072 tokens and two engines on one card fail every host, naming variable and fix."""
+    result = plan("-e", f"@{EXAMPLE / 'impossible-plan.yml'}")
+    assert result.returncode != 0
+    assert "failed=1" in result.stdout
+    for needle in ("gpu-3090-a:", "vllm_scenes_list[name=realtime].engine_args.max_model_len",
+                   "lower max_model_len to", "give each scene its own GPU"):
+        assert needle in result.stdout, needle
+    assert "changed=0" in result.stdout and "changed=1" not in result.stdout
