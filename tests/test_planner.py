@@ -12,7 +12,7 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "lib"))
 
-from vllm_fleet import planner, verify  # noqa: E402
+from vllm_fleet import planner  # noqa: E402
 
 GiB, MiB = planner.GiB, planner.MiB
 QWEN_AWQ = "Qwen/Qwen2.5-7B-Instruct-AWQ"
@@ -236,10 +236,10 @@ def test_cards_from_the_facts() -> None:
         planner.card({"index": 0, "profile": "generic", "memory_total_mib": None}, "t")
 
 
-def test_known_card_bandwidths_agree_with_verification() -> None:
-    """The SLO decode floor (verify.py) and the planner use the same bandwidths."""
-    for profile, known in planner.GPU_PROFILES.items():
-        assert verify.GPU_PROFILES[profile]["bandwidth_gbps"] == known["bandwidth_gbps"]
+def test_decode_floor_needs_a_bandwidth_and_bytes() -> None:
+    """No bandwidth or no bytes read gives no floor rather than a made-up one."""
+    assert planner.decode_floor_ms(5_600_000_000, 936.0) == 5_600_000_000 / 936e9 * 1000
+    assert planner.decode_floor_ms(5_600_000_000, None) is None and planner.decode_floor_ms(0, 936.0) is None
 
 
 def test_model_lookup_catalog_inventory_and_config_json() -> None:

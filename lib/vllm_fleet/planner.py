@@ -17,7 +17,6 @@ from typing import Any, Optional
 
 from . import FleetError
 from .scenes import dash
-from .verify import decode_floor_ms
 
 GiB = 1024**3
 MiB = 1024**2
@@ -231,6 +230,13 @@ def version_tuple(text: str) -> tuple[int, int]:
     if not match:
         raise PlanError(f"vllm_version {text!r} is not a version such as 0.33.0")
     return int(match.group(1)), int(match.group(2))
+
+
+def decode_floor_ms(read_bytes: int, bandwidth_gbps: Optional[float]) -> Optional[float]:
+    """Return the batch-1 TPOT lower bound in ms: weight bytes read per token / memory bandwidth (None if unknown)."""
+    if not bandwidth_gbps or bandwidth_gbps <= 0 or read_bytes <= 0:
+        return None
+    return read_bytes / (bandwidth_gbps * 1e9) * 1000
 
 
 def default_utilization(vllm_version: str) -> float:

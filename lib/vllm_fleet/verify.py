@@ -8,13 +8,6 @@ from typing import Any
 
 from . import FleetError
 
-# The cards the kit knows: what verification needs of each (docs/slo.md). bandwidth_gbps is GB/s (1e9 B/s).
-GPU_PROFILES: dict[str, dict[str, Any]] = {
-    "rtx3090": {"memory_gib": 24, "bandwidth_gbps": 936.0, "compute_capability": "8.6"},  # Ampere
-    "rtx4090": {"memory_gib": 24, "bandwidth_gbps": 1008.0, "compute_capability": "8.9"},  # Ada
-    "cpu": {"memory_gib": None, "bandwidth_gbps": None, "compute_capability": None},  # the lab
-}
-
 # SLO gates per profile and scene preset, for the role's default load test (random 128 in / 32 out, 64 prompts,
 # concurrency = the scene's max_num_seqs). *_ms and max_failed are maxima, min_output_throughput (tok/s) a minimum.
 # GPU figures: expected value x 2 (medians), x 3 (p99), throughput at 50%; the arithmetic is in docs/slo.md.
@@ -42,6 +35,8 @@ DEFAULT_SLO: dict[str, dict[str, dict[str, float]]] = {
                   "max_failed": 0, "min_output_throughput": 200},
     },
 }
+# A card without a preset is held to the gates of the slowest preset card; set vllm_verify_slo_overrides for a slower one.
+DEFAULT_SLO["generic"] = DEFAULT_SLO["rtx3090"]
 
 # Target key -> (key of the vllm bench JSON it judges, "max" or "min").
 TARGETS: dict[str, tuple[str, str]] = {
@@ -143,16 +138,6 @@ def slo_verdict(bench: dict[str, Any], targets: dict[str, float]) -> dict[str, A
     return {"passed": not failures, "failures": failures}
 
 
-def decode_floor_ms(weight_bytes: int | None, bandwidth_gbps: float | None) -> float | None:
-    """Return the batch-1 TPOT lower bound in ms: weight bytes read per token / memory bandwidth (None if unknown)."""
-    if bandwidth_gbps is None or not weight_bytes:
-        return None
-    if _number(bandwidth_gbps) is None or bandwidth_gbps <= 0 or _number(weight_bytes) is None or weight_bytes < 0:
-        raise VerifyError(f"decode floor: weight bytes {weight_bytes!r} and bandwidth {bandwidth_gbps!r} GB/s "
-                          "must be positive numbers")
-    return weight_bytes / (bandwidth_gbps * 1e9) * 1000
-
-
 def floor_percent(median_tpot_ms: float | None, floor_ms: float | None) -> float | None:
     """Return measured median TPOT as a percentage of the decode floor (100 = at the hardware limit)."""
     tpot, floor = _number(median_tpot_ms), _number(floor_ms)
@@ -197,8 +182,8 @@ def _check_reason(check: dict[str, Any]) -> str:
 
 
 def scene_report(host: str, scene: dict[str, Any], profile: str, checks: list[dict[str, Any]],
-                 bench: dict[str, Any] | None, targets: dict[str, float], weight_bytes: int | None) -> dict[str, Any]:
-    """Build one scene's report: its checks, the SLO verdict on its load test, the decode floor, and why it failed."""
+                 bench: dict[str, Any] | None, targets: dict[str, float], floor: float | None) -> dict[str, Any]:
+    """Build one scene's report: its checks, the SLO verdict on its load test, its planned decode floor, why it failed."""
     listed = []
     for check in checks:
         if not isinstance(check, dict) or "name" not in check:
@@ -213,7 +198,6 @@ def scene_report(host: str, scene: dict[str, Any], profile: str, checks: list[di
                              "message": f"no load test: {cause}"}]}
     else:
         slo = {"targets": targets, **slo_verdict(bench, targets)}
-    floor = decode_floor_ms(weight_bytes, GPU_PROFILES.get(profile, {}).get("bandwidth_gbps"))
     return {
         "host": host,
         "scene": scene.get("name"),
