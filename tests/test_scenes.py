@@ -76,6 +76,7 @@ def test_config_file_is_dash_keyed_and_has_no_secret() -> None:
     ({"name": "realtime", "model": "qwen", "port": "8000"}, "port '8000' must be an integer"),
     ({"name": "realtime", "model": "qwen", "gpus": "0"}, "gpus '0' must be a list"),
     ({"name": "Real Time", "model": "qwen"}, "scene name 'Real Time' must match"),
+    ({"name": "realtime", "model": "qwen", "memory_budget_gib": "21.6"}, "must be a positive number of GiB"),
 ])
 def test_bad_scenes_name_the_variable_and_fix(scene: dict[str, Any], message: str) -> None:
     """Each bad scene is refused with a message that names the scene and what to change."""
@@ -104,6 +105,36 @@ def test_gpu_index_the_host_lacks() -> None:
     (scene,) = resolve({"name": "realtime", "model": "qwen", "gpus": [0, 1]})
     assert "asks for GPU [1] but the host has [0]" in scenes.gpu_problems(scene, [0])[0]
     assert scenes.gpu_problems(scene, [0, 1]) == []
+
+
+H200 = {"present": True, "profile": "generic", "gpus": [{"index": 0, "memory_total_mib": 143771},
+                                                      {"index": 1, "memory_total_mib": 24564}]}
+
+
+def test_memory_budget_gives_a_big_card_the_utilization_of_a_small_one() -> None:
+    """21.6 GiB (a 24 GiB card at 0.90) of a 143,771 MiB H200 is 0.1538, rounded down; scenes without a budget stay."""
+    plain, budgeted, shared = resolve({"name": "realtime", "model": "qwen"},
+                                      {"name": "batch", "model": "qwen", "memory_budget_gib": 21.6},
+                                      {"name": "own", "preset": "batch", "model": "qwen", "port": 8002, "gpus": [0, 1],
+                                       "memory_budget_gib": 20})
+    applied = scenes.apply_memory_budgets([plain, budgeted, shared], H200, "vllm_scenes_list")
+    assert applied[0] == plain
+    assert applied[1]["engine_args"]["gpu-memory-utilization"] == 0.1538 == int(21.6 * 1024 / 143771 * 1e4) / 1e4
+    assert applied[2]["engine_args"]["gpu-memory-utilization"] == int(20 * 1024 / 24564 * 1e4) / 1e4  # the smaller card
+    assert budgeted["engine_args"]["gpu-memory-utilization"] == 0.95  # the input is not changed
+
+
+@pytest.mark.parametrize(("facts", "budget", "message"), [
+    (None, 21.6, "needs the memory of GPU [0] from the host's GPU facts"),
+    ({"present": False, "profile": "cpu", "gpus": []}, 21.6, "needs the memory of GPU [0]"),
+    (H200, 200, "200 GiB is more than the 143771 MiB of GPU [0]; lower the budget"),
+])
+def test_memory_budget_without_facts_or_beyond_the_card(facts: Any, budget: float, message: str) -> None:
+    """A budget needs the card's memory from GPU facts and must fit the card."""
+    (scene,) = resolve({"name": "realtime", "model": "qwen", "memory_budget_gib": budget})
+    with pytest.raises(scenes.SceneError, match=r"vllm_scenes_list\[name=realtime\]\.memory_budget_gib") as error:
+        scenes.apply_memory_budgets([scene], facts, "vllm_scenes_list")
+    assert message in str(error.value)
 
 
 @pytest.mark.parametrize(("value", "expected"), [("127.0.0.1", True), ("0.0.0.0", True), ("::1", True), ("fe80::1", True),

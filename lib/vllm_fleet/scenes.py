@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
 from typing import Any
 
@@ -11,7 +12,8 @@ from . import FleetError
 Scene = dict[str, Any]
 SCENE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 # Keys a scene sets itself; everything else a scene configures goes through engine_args.
-SCENE_KEYS = {"name", "preset", "port", "host", "gpus", "model", "served_model_name", "api_key_var", "engine_args", "env"}
+SCENE_KEYS = {"name", "preset", "port", "host", "gpus", "model", "served_model_name", "api_key_var", "engine_args", "env",
+              "memory_budget_gib"}
 # Engine arguments the kit owns: a scene sets them through its own keys, never through engine_args.
 OWNED_ARGS = {"model", "served-model-name", "host", "port", "api-key", "config"}
 
@@ -62,6 +64,9 @@ def resolve_scene(scene: Scene, presets: dict[str, Scene], models: dict[str, dic
     gpus = scene.get("gpus", preset.get("gpus", [0]))
     if not isinstance(gpus, list) or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus):
         raise SceneError(f"{where}: gpus {gpus!r} must be a list of GPU indexes such as [0] or [0, 1]")
+    budget = scene.get("memory_budget_gib", preset.get("memory_budget_gib"))
+    if budget is not None and (not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0):
+        raise SceneError(f"{where}: memory_budget_gib {budget!r} must be a positive number of GiB, such as 21.6")
     model = models[model_name]
     return {
         "name": name,
@@ -76,6 +81,7 @@ def resolve_scene(scene: Scene, presets: dict[str, Scene], models: dict[str, dic
         "engine_args": _engine_args(model.get("engine_args", {}), preset.get("engine_args", {}),
                                     scene.get("engine_args", {})),
         "env": {**preset.get("env", {}), **scene.get("env", {})},
+        "memory_budget_gib": budget,
     }
 
 
@@ -93,6 +99,28 @@ def resolve_scenes(scenes: list[Scene], presets: dict[str, Scene], models: dict[
                                  f"give each scene its own {label}")
             seen[(label, key)] = scene["name"]
     return resolved
+
+
+def apply_memory_budgets(scenes: list[Scene], gpus_fact: dict[str, Any] | None, var: str) -> list[Scene]:
+    """Turn each scene's memory_budget_gib into the gpu_memory_utilization of its smallest GPU (rounded down)."""
+    cards = {gpu.get("index"): gpu.get("memory_total_mib") for gpu in (gpus_fact or {}).get("gpus", [])}
+    applied = []
+    for scene in scenes:
+        budget = scene.get("memory_budget_gib")
+        if budget is None:
+            applied.append(scene)
+            continue
+        where = f"{var}[name={scene['name']}].memory_budget_gib"
+        sizes = [cards.get(index) for index in scene["gpus"]]
+        if not sizes or not all(isinstance(size, int) and size > 0 for size in sizes):
+            raise SceneError(f"{where}: needs the memory of GPU {scene['gpus']} from the host's GPU facts "
+                             "(vllm_fleet_gpus, gathered by site.yml's preflight); run the preflight or drop the budget")
+        utilization = math.floor(budget * 1024 / min(sizes) * 10000) / 10000
+        if utilization > 1:
+            raise SceneError(f"{where}: {budget} GiB is more than the {min(sizes)} MiB of GPU {scene['gpus']}; "
+                             "lower the budget")
+        applied.append({**scene, "engine_args": {**scene["engine_args"], "gpu-memory-utilization": utilization}})
+    return applied
 
 
 def config_file(scene: Scene) -> dict[str, Any]:
