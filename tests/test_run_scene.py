@@ -1,0 +1,88 @@
+"""tools/run_scene.py: a scene's unit read as systemd reads it, and its process started and stopped for real."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+import run_scene
+
+UNIT = """# Ansible managed
+[Unit]
+Description=vLLM scene realtime
+StartLimitBurst=5
+
+[Service]
+Type=exec
+User=nobody
+Group=nogroup
+EnvironmentFile={env_file}
+Environment="CUDA_VISIBLE_DEVICES=0"
+Environment="HF_HOME=/var/lib/vllm/cache/realtime/huggingface"
+RuntimeDirectory={runtime}
+WorkingDirectory={workdir}
+ExecStart={exec_start}
+TimeoutStopSec=5
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def unit_text(tmp_path: Path, exec_start: str, user: str = "nobody") -> str:
+    """Return a scene unit shaped like roles/vllm_scenes/templates/vllm-scene.service.j2 renders it."""
+    (tmp_path / "scene.env").write_text("# secret\nVLLM_API_KEY='s3cret key'\n\n", encoding="utf-8")
+    return UNIT.format(env_file=tmp_path / "scene.env", runtime="vllm-scene-test-run-scene", workdir=tmp_path,
+                       exec_start=exec_start).replace("User=nobody", f"User={user}")
+
+
+def test_unit_is_read_as_systemd_reads_it(tmp_path: Path) -> None:
+    """ExecStart, user, directories and both kinds of environment come from the [Service] section only."""
+    unit = run_scene.parse_unit(unit_text(tmp_path, "/opt/vllm/releases/r/bin/vllm serve --config /etc/vllm/s.yaml"))
+    assert unit.exec_start == ["/opt/vllm/releases/r/bin/vllm", "serve", "--config", "/etc/vllm/s.yaml"]
+    assert (unit.user, unit.group, unit.runtime_directory, unit.timeout_stop_sec) == (
+        "nobody", "nogroup", "vllm-scene-test-run-scene", 5)
+    assert unit.environment == {"CUDA_VISIBLE_DEVICES": "0", "HF_HOME": "/var/lib/vllm/cache/realtime/huggingface"}
+    env = run_scene.service_environment(unit, {"PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "3"})
+    assert env == {"PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "0", "VLLM_API_KEY": "s3cret key",
+                   "HF_HOME": "/var/lib/vllm/cache/realtime/huggingface"}
+    with pytest.raises(ValueError, match="no ExecStart"):
+        run_scene.parse_unit("[Service]\nUser=vllm\n")
+
+
+def test_only_host_variables_that_match_are_kept() -> None:
+    """PATH, the driver's library path and the shared-GPU variables pass; everything else of the caller stays out."""
+    kept = run_scene.kept_environment({"PATH": "/bin", "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64", "HOME": "/root",
+                                       "NCCL_NVLS_ENABLE": "0", "OPENAI_API_KEY": "x"}, run_scene.DEFAULT_KEEP)
+    assert kept == {"PATH": "/bin", "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64", "NCCL_NVLS_ENABLE": "0"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting a process as another user needs root")
+def test_start_runs_the_unit_as_its_user_and_stop_ends_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process runs as the unit's user with its environment, in its own session; stop ends the whole group."""
+    # pytest's tmp_path sits below a 0700 directory the unit's user cannot enter.
+    tmp_path = Path(tempfile.mkdtemp(prefix="run-scene-"))
+    tmp_path.chmod(0o777)
+    monkeypatch.setattr(run_scene, "STATE_DIR", tmp_path / "state")
+    out = tmp_path / "seen"
+    script = f"/bin/sh -c 'id -un > {out}; echo $VLLM_API_KEY $CUDA_VISIBLE_DEVICES >> {out}; sleep 60 & wait'"
+    (tmp_path / "units").mkdir()
+    (tmp_path / "units" / "vllm-scene-t.service").write_text(unit_text(tmp_path, script), encoding="utf-8")
+    pid = run_scene.start("t", tmp_path / "units", tmp_path / "t.log", run_scene.DEFAULT_KEEP)
+    for _ in range(50):
+        if out.exists() and len(out.read_text(encoding="utf-8").splitlines()) == 2:
+            break
+        time.sleep(0.1)
+    assert out.read_text(encoding="utf-8").splitlines() == ["nobody", "s3cret key 0"]
+    assert os.getpgid(pid) == pid and Path("/run/vllm-scene-test-run-scene").is_dir()
+    assert run_scene.stop("t", tmp_path / "units") is True
+    time.sleep(0.2)
+    assert not run_scene.alive(pid)
+    assert run_scene.stop("t", tmp_path / "units") is False
+    os.rmdir("/run/vllm-scene-test-run-scene")
+    shutil.rmtree(tmp_path)
