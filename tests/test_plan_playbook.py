@@ -34,7 +34,7 @@ def test_seed_scenario_is_planned_on_both_cards() -> None:
 
 def test_impossible_plan_is_refused_before_any_change() -> None:
     """Llama 8B BF16 at 131,072 tokens and two engines on one card fail every host, naming variable and fix."""
-    result = plan("-e", f"@{EXAMPLE / 'impossible-plan.yml'}")
+    result = plan("-e", f"@{REPO / 'inventory' / 'extra-vars' / 'impossible-plan.yml'}")
     assert result.returncode != 0
     assert "failed=1" in result.stdout
     for needle in ("gpu-3090-a:", "vllm_scenes_list[name=realtime].engine_args.max_model_len",
