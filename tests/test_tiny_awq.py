@@ -175,6 +175,23 @@ def test_manifest_matches_files(model_dir: Path) -> None:
         assert entry["sha256"] == tiny.sha256_file(path)
 
 
+# What `make lab-model` gives the lab today (tokenizers 0.23): any change to these files must be deliberate.
+PINNED_DIGESTS = {
+    "config.json": "b94bd46139f2820720429939df09b0cad6bcb18fa8a1bb41b2ac832bdd42b56b",
+    "generation_config.json": "d66ea78f026b3fd867da89c6701c915bcc48bce8727169b0d0434100ea7e4f76",
+    "model.safetensors": "d78217f4d9b874e187019f6d10c4450ed7dc39ef8eb71c80c6f64bfe74fcf217",
+    "special_tokens_map.json": "f4d14741faa5d39ad889b2bdaf59cac7f5c0c3839e2835a58e898b9d0b332442",
+    "tokenizer.json": "9eb59be1d80d982425856d09dd029b8a75991a8896bcf27db4bbc91bc31c80ae",
+    "tokenizer_config.json": "c45499f256ef86081f5da500eb260e0c64de4a40065d0796ebe05801d2ed26ba",
+}
+
+
+def test_default_model_is_byte_identical_to_the_pinned_one(model_dir: Path) -> None:
+    """With the defaults (seed 0), every file has the digest the lab's model had when it was pinned."""
+    manifest = read_json(model_dir / "manifest.json")
+    assert {entry["path"]: entry["sha256"] for entry in manifest["files"]} == PINNED_DIGESTS
+
+
 def test_same_seed_is_byte_identical_other_seed_differs(model_dir: Path, tmp_path: Path) -> None:
     """A second run with seed 0 gives the same manifest; seed 1 changes only the weights."""
     tiny.main(["--out", str(tmp_path / "again")])

@@ -20,7 +20,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -42,6 +42,7 @@ ENDOFTEXT, IM_START, IM_END = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END)  # ids 0, 1, 2
 CORPUS_SEED = 20240611  # fixed: the tokenizer is the same for every --seed
 INIT_STD = 0.02
+SAFETENSORS_METADATA = {"format": "pt"}  # as save_pretrained writes it: transformers' loader checks the key
 
 CHAT_TEMPLATE = (
     "{%- for message in messages %}"
@@ -493,20 +494,26 @@ def read_manifest(directory: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def write_model(directory: Path, name: str, seed: int, shape: Shape = Shape()) -> dict[str, Any]:
-    """Write the whole checkpoint and its manifest into an existing empty directory; return the manifest."""
-    tokenizer_text = tokenizer_json(shape.vocab_size)
+def tokenizer_ids(tokenizer_text: str, vocab_size: int) -> tuple[dict[str, int], int]:
+    """The special tokens' ids and the number of ids the tokenizer produces, checked against the model's vocab_size."""
     tokenizer = Tokenizer.from_str(tokenizer_text)
     special_ids = {token: index for index, token in enumerate(SPECIAL_TOKENS)}
     if any(tokenizer.token_to_id(token) != index for token, index in special_ids.items()):
         raise RuntimeError(f"the tokenizer does not give the special tokens the ids {special_ids}")
     text_ids = tokenizer.get_vocab_size(with_added_tokens=True)
-    if text_ids > shape.vocab_size:
-        raise RuntimeError(f"tokenizer has {text_ids} tokens, more than vocab_size {shape.vocab_size}")
+    if text_ids > vocab_size:
+        raise RuntimeError(f"tokenizer has {text_ids} tokens, more than vocab_size {vocab_size}")
+    return special_ids, text_ids
 
+
+def write_text_files(
+    directory: Path, shape: Shape, tokenizer_text: str, special_ids: Mapping[str, int],
+    config_updates: Mapping[str, Any] | None = None,
+) -> None:
+    """Write config.json (config_updates over model_config), generation_config.json and the tokenizer files."""
     bos_id, eos_id, pad_id = special_ids[ENDOFTEXT], special_ids[IM_END], special_ids[ENDOFTEXT]
     texts = {
-        "config.json": json_text(model_config(shape, bos_id, eos_id)),
+        "config.json": json_text(model_config(shape, bos_id, eos_id) | dict(config_updates or {})),
         "generation_config.json": json_text(generation_config(bos_id, [eos_id, pad_id], pad_id)),
         "tokenizer.json": tokenizer_text,
         "tokenizer_config.json": json_text(tokenizer_config(special_ids, shape.max_position_embeddings)),
@@ -515,13 +522,22 @@ def write_model(directory: Path, name: str, seed: int, shape: Shape = Shape()) -
     for filename, text in texts.items():
         (directory / filename).write_text(text, encoding="utf-8")
 
-    rng = np.random.default_rng(seed)
-    tensors = model_tensors(rng, shape, text_ids, list(special_ids.values()))
-    save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
 
+def write_manifest(directory: Path, name: str) -> dict[str, Any]:
+    """Write manifest.json for the files in directory; return it."""
     manifest = build_manifest(directory, name)
     (directory / "manifest.json").write_text(json_text(manifest), encoding="utf-8")
     return manifest
+
+
+def write_model(directory: Path, name: str, seed: int, shape: Shape = Shape()) -> dict[str, Any]:
+    """Write the whole checkpoint and its manifest into an existing empty directory; return the manifest."""
+    tokenizer_text = tokenizer_json(shape.vocab_size)
+    special_ids, text_ids = tokenizer_ids(tokenizer_text, shape.vocab_size)
+    write_text_files(directory, shape, tokenizer_text, special_ids)
+    tensors = model_tensors(np.random.default_rng(seed), shape, text_ids, list(special_ids.values()))
+    save_file(tensors, str(directory / "model.safetensors"), metadata=SAFETENSORS_METADATA)
+    return write_manifest(directory, name)
 
 
 def install(staged: Path, out: Path, force: bool) -> str:
@@ -544,32 +560,38 @@ def install(staged: Path, out: Path, force: bool) -> str:
     return "replaced"
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """Command-line options."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+def argument_parser(doc: str | None, default_name: str | None) -> argparse.ArgumentParser:
+    """The options every model generator takes: --out, --seed, --name, --force."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0] if doc else None)
     parser.add_argument("--out", required=True, type=Path, help="model directory to write")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
-    parser.add_argument("--name", default="tiny-qwen2-awq", help="name recorded in manifest.json")
+    name_help = f" (default {default_name})" if default_name else ""
+    parser.add_argument("--name", default=default_name, help=f"name recorded in manifest.json{name_help}")
     parser.add_argument("--force", action="store_true", help="replace an existing different model at --out")
-    return parser.parse_args(argv)
+    return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Generate the model beside --out, then rename it into place."""
-    args = parse_args(argv)
-    out: Path = args.out.absolute()
+def run(out: Path, seed: int, force: bool, write: Callable[[Path], Mapping[str, Any]]) -> int:
+    """Let write() fill a directory beside out and return its manifest, rename it into place, say what happened."""
+    out = out.absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        manifest = write_model(staged, args.name, args.seed)
+        manifest = write(staged)
         staged.chmod(0o755)
-        outcome = install(staged, out, args.force)
+        outcome = install(staged, out, force)
     finally:
         if staged.exists():
             shutil.rmtree(staged)
     size = sum(entry["size"] for entry in manifest["files"])
-    print(f"{outcome}: {out} ({args.name}, seed {args.seed}, {len(manifest['files'])} files, {size} bytes)")
+    print(f"{outcome}: {out} ({manifest['name']}, seed {seed}, {len(manifest['files'])} files, {size} bytes)")
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Generate the tiny model beside --out, then rename it into place."""
+    args = argument_parser(__doc__, "tiny-qwen2-awq").parse_args(argv)
+    return run(args.out, args.seed, args.force, lambda directory: write_model(directory, args.name, args.seed))
 
 
 if __name__ == "__main__":
