@@ -241,13 +241,22 @@ def run(cmd: Sequence[str | Path], env: Mapping[str, str] | None = None) -> None
     subprocess.run([str(part) for part in cmd], check=True, env=env)
 
 
-def find_interpreter(python: str) -> str:
-    """A python{version} executable on PATH or under pyenv, to evaluate markers as the target's Python does."""
-    found = shutil.which(f"python{python}") or next(
-        iter(sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{python}.*/bin/python{python}")), reverse=True)), None
-    )
+def interpreter_version(path: str) -> str | None:
+    """The major.minor version of a python executable, or None where it does not run (an inactive pyenv shim)."""
+    probe = [path, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"]
+    try:
+        return subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def find_interpreter(python: str, given: str | None) -> str:
+    """A working python of the target's version (given, on PATH or under pyenv), so markers evaluate as on the target."""
+    pyenv = sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{python}.*/bin/python{python}")), reverse=True)
+    candidates = [given] if given else [shutil.which(f"python{python}"), *pyenv]
+    found = next((path for path in candidates if path and interpreter_version(path) == python), None)
     if not found:
-        raise SystemExit(f"no python{python} found: pass --interpreter")
+        raise SystemExit(f"no working python{python} among {candidates}: pass --interpreter")
     return found
 
 
@@ -356,7 +365,7 @@ def build(args: argparse.Namespace, work: Path) -> None:
     provided = parse_freeze(text)
     for line in unpinned_lines(text):
         print(f"warning: ignored, no version: {line} (write the freeze with `pip list --format=freeze`)", file=sys.stderr)
-    interpreter = args.interpreter or find_interpreter(args.python)
+    interpreter = find_interpreter(args.python, args.interpreter)
     options = target_options(args.python, manylinux_platforms(args.glibc))
     pip = make_pip(work / "pip", interpreter)
     env_python = make_env(work / "env", interpreter, provided.values())
@@ -411,7 +420,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Build the wheelhouse with scratch environments in a temporary directory."""
     args = argument_parser().parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="offline-wheelhouse-") as work:
-        build(args, Path(work))
+        try:
+            build(args, Path(work))
+        except subprocess.CalledProcessError as error:
+            print(f"failed ({error.returncode}): {shlex.join(error.cmd)}", file=sys.stderr)
+            return 1
     return 0
 
 
