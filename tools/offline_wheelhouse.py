@@ -327,7 +327,7 @@ def write_chunks(out: Path, chunks: Sequence[Sequence[Piece]], script: str) -> N
         directory = out / chunk_name(index)
         directory.mkdir()
         for piece in chunk:
-            if piece.offset == 0 and piece.target == piece.source:
+            if piece.target == piece.source:
                 os.link(out / piece.source, directory / piece.target)
                 continue
             with (out / piece.source).open("rb") as src, (directory / piece.target).open("wb") as dst:
