@@ -58,8 +58,13 @@ def wait_ready(pid: int, plan: HostPlan, timeout: float = 60.0) -> None:
             raise LabError(f"{plan.name}: no init process after {timeout:.0f}s")
         init = container_init(pid)
         time.sleep(0.1)
-    left = max(1, int(deadline - time.monotonic()))
-    state = in_machine(init, ["timeout", str(left), "systemctl", "is-system-running", "--wait"], check=False)
+    while True:
+        left = max(1, int(deadline - time.monotonic()))
+        state = in_machine(init, ["timeout", str(left), "systemctl", "is-system-running", "--wait"], check=False)
+        # Right after the init process appears, systemctl may not reach systemd yet and prints nothing: ask again.
+        if state.stdout.strip() or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     if state.stdout.strip() != "running":
         failed = in_machine(init, ["systemctl", "--failed", "--plain", "--no-legend"], check=False).stdout
         raise LabError(f"{plan.name}: systemd is {state.stdout.strip() or 'not up'}; failed units: {failed.strip()}")
