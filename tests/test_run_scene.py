@@ -80,9 +80,11 @@ def test_start_runs_the_unit_as_its_user_and_stop_ends_it(monkeypatch: pytest.Mo
         time.sleep(0.1)
     assert out.read_text(encoding="utf-8").splitlines() == ["nobody", "s3cret key 0"]
     assert os.getpgid(pid) == pid and Path("/run/vllm-scene-test-run-scene").is_dir()
+    assert run_scene.main(["status", "t"]) == 0
     assert run_scene.stop("t", tmp_path / "units") is True
     time.sleep(0.2)
     assert not run_scene.alive(pid)
     assert run_scene.stop("t", tmp_path / "units") is False
+    assert run_scene.main(["status", "t"]) == 1
     os.rmdir("/run/vllm-scene-test-run-scene")
     shutil.rmtree(tmp_path)

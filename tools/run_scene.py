@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Start or stop a vllm-fleet scene from its rendered systemd unit, on a host whose PID 1 is not systemd.
+"""Start, stop or check a vllm-fleet scene from its rendered systemd unit, on a host whose PID 1 is not systemd.
 
 The GPU proof host (docs/gpu-proof.md) is a container without systemd. This runs the unit's very ExecStart with its
 User, Group, EnvironmentFile, Environment, WorkingDirectory and RuntimeDirectory, so what is proven is what the unit
@@ -146,12 +146,17 @@ def alive(pid: int) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and start or stop a scene."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("action", choices=["start", "stop"])
+    parser.add_argument("action", choices=["start", "stop", "status"])
     parser.add_argument("scene", help="scene name, as in vllm-scene-<scene>.service")
     parser.add_argument("--unit-dir", type=Path, default=UNIT_DIR)
     parser.add_argument("--log", type=Path, help="where the scene's output goes (default /var/log/vllm-scene-<scene>.log)")
     parser.add_argument("--keep", action="append", default=None, help=f"host variables kept (default {DEFAULT_KEEP})")
     args = parser.parse_args(argv)
+    if args.action == "status":
+        pid_file = STATE_DIR / f"{args.scene}.pid"
+        running = pid_file.exists() and alive(int(pid_file.read_text(encoding="utf-8")))
+        print(f"{args.scene}: {'running' if running else 'not running'}")
+        return 0 if running else 1
     if args.action == "stop":
         print(f"{args.scene}: {'stopped' if stop(args.scene, args.unit_dir) else 'not running'}")
         return 0
