@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The real-GPU proof of the cuda flavour (docs/gpu-proof.md), one step per call on the GPU host, from the repo root:
-#   receive DIR   add one carried chunk of the offline wheelhouse (tools/offline_wheelhouse.py) to /root/gpu-wheels
+#   receive DIR   keep one carried chunk-NN of the offline wheelhouse (tools/offline_wheelhouse.py) on the host
 #   converge      reassemble the wheelhouse, write the random 7B AWQ model, site.yml, plan, start realtime cold
 #   serve         realtime: cold start time, verify at concurrency 16 and 1, site.yml again, a warm restart
 #   batch         batch in place of realtime: site.yml, plan, cold start, verify at concurrency 64, a warm restart
@@ -63,12 +63,12 @@ pack() {  # pack STEP: everything so far into $OUT/STEP.tar.gz, and the summary 
 
 case ${1:-} in
   receive)
-    mkdir -p "$WHEELS.parts" && cp -r "$2"/. "$WHEELS.parts/" && du -sh "$WHEELS.parts"
+    mkdir -p "$WHEELS.parts" && cp -r "$2" "$WHEELS.parts/" && du -sh "$WHEELS.parts"
     ;;
   converge)
     ansible_tools
-    (cd "$WHEELS.parts" && bash reassemble.sh) >"$STATE/reassemble.log" 2>&1 || { tail "$STATE/reassemble.log"; exit 1; }
-    rm -rf "$WHEELS" && mv "$WHEELS.parts" "$WHEELS"
+    sh "$WHEELS.parts/chunk-00/reassemble.sh" "$WHEELS" >"$STATE/reassemble.log" 2>&1 || { tail "$STATE/reassemble.log"; exit 1; }
+    rm -rf "$WHEELS.parts"
     timed model python3 tools/make_random_awq.py --out "$MODEL" --name qwen2.5-7b-awq-random
     timed site-1 ansible-playbook "${INVENTORY[@]}" site.yml --skip-tags host_metrics,verify
     timed plan-realtime ansible-playbook "${INVENTORY[@]}" playbooks/plan.yml
