@@ -23,7 +23,7 @@ UNIT_DIR = Path("/etc/systemd/system")
 STATE_DIR = Path("/run/vllm-fleet-scenes")
 # What a service would get from the host rather than from its unit: the driver's library path, and the variables a
 # shared GPU host sets for every program (KINDS.md of the device: keep NVLink multicast off).
-DEFAULT_KEEP = ["PATH", "LD_LIBRARY_PATH", "LANG", "NCCL_*", "NVSHMEM_*", "TORCH_SYMM_MEM_*"]
+DEFAULT_KEEP = ["PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "LANG", "NCCL_*", "NVSHMEM_*", "TORCH_SYMM_MEM_*"]
 
 
 @dataclass
