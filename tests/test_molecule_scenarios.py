@@ -31,10 +31,15 @@ def test_scenario_has_testinfra_tests(scenario: Path) -> None:
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: p.name)
 def test_platforms_are_lab_hosts(scenario: Path) -> None:
-    """Platforms are named <lab><n> in order and share one first lab index per lab."""
-    for n, platform in enumerate(platforms(scenario), start=1):
-        assert platform["name"] == f"{platform['lab']}{n}"
+    """Platforms are named <lab><n>, numbered in order within their lab, and share one first lab index per lab."""
+    count: dict[str, int] = {}
+    first: dict[str, int] = {}
+    for platform in platforms(scenario):
+        lab = str(platform["lab"])
+        count[lab] = count.get(lab, 0) + 1
+        assert platform["name"] == f"{lab}{count[lab]}"
         assert isinstance(platform["lab_index"], int) and platform["lab_index"] not in MAIN_LAB_INDEXES
+        assert first.setdefault(lab, platform["lab_index"]) == platform["lab_index"]
 
 
 def test_scenarios_use_disjoint_lab_indexes() -> None:

@@ -67,8 +67,10 @@ case ${1:-} in
     ;;
   converge)
     ansible_tools
-    sh "$WHEELS.parts/chunk-00/reassemble.sh" "$WHEELS" >"$STATE/reassemble.log" 2>&1 || { tail "$STATE/reassemble.log"; exit 1; }
-    rm -rf "$WHEELS.parts"
+    if [ -d "$WHEELS.parts" ]; then
+      sh "$WHEELS.parts/chunk-00/reassemble.sh" "$WHEELS" >"$STATE/reassemble.log" 2>&1 || { tail "$STATE/reassemble.log"; exit 1; }
+      rm -rf "$WHEELS.parts"
+    fi
     timed model python3 tools/make_random_awq.py --out "$MODEL" --name qwen2.5-7b-awq-random
     timed site-1 ansible-playbook "${INVENTORY[@]}" site.yml --skip-tags host_metrics,verify
     timed plan-realtime ansible-playbook "${INVENTORY[@]}" playbooks/plan.yml
