@@ -41,12 +41,12 @@ def scene(name: str = "realtime", gpus: Any = None, model: str = "qwen", env: An
 
 
 def check(scenes: list[dict[str, Any]], gpus_fact: Optional[dict[str, Any]] = None, flavour: str = "cuda",
-          version: str = "0.33.0") -> dict[str, list[str]]:
+          version: str = "0.33.0", target_branch: Optional[int] = None) -> dict[str, list[str]]:
     """Plan the scenes and run every rule, as playbooks/plan.yml does."""
     gpus_fact = facts(gpu()) if gpus_fact is None else gpus_fact
     plans = planner.plan_host(scenes, HOST, gpus_fact, flavour, version, MODELS, {}, [],
                               {"VLLM_CPU_KVCACHE_SPACE": "1"})
-    return hardware.problems(HOST, scenes, plans, gpus_fact, flavour, version)
+    return hardware.problems(HOST, scenes, plans, gpus_fact, flavour, version, target_branch)
 
 
 def only(found: list[str], *needles: str) -> str:
@@ -205,6 +205,14 @@ def test_driver_branch_for_the_vllm_release(version: str, branch: Optional[int],
         assert ("pin vllm_version 0.18 or older" in message) == (version != "0.18.0" and (branch or 0) >= 525)
     else:
         assert errors == []
+
+
+def test_driver_role_branch_decides_when_it_runs() -> None:
+    """An old loaded driver is fine when the driver role installs R580 this run; a role branch too old is refused."""
+    assert check([scene()], facts(gpu(), branch=550), target_branch=580)["errors"] == []
+    only(check([scene()], facts(gpu(), branch=None), target_branch=550)["errors"],
+         "vllm_version 0.33.0 needs NVIDIA driver R580", "nvidia_driver_branch is 550", "set nvidia_driver_branch to 580")
+    assert check([scene()], facts(gpu(), branch=550), version="0.18.0", target_branch=550)["errors"] == []
 
 
 def test_gpu_index_the_host_lacks_reuses_the_scene_rule() -> None:

@@ -198,21 +198,26 @@ def required_driver_branch(vllm_version: str) -> int:
     return 580 if version_tuple(vllm_version) >= (0, 19) else 525
 
 
-def driver_findings(host: str, gpus_fact: dict[str, Any], vllm_version: str) -> list[Finding]:
-    """Refuse a loaded driver branch older than the pinned vLLM release needs (none loaded: the driver role's job)."""
+def driver_findings(host: str, gpus_fact: dict[str, Any], vllm_version: str,
+                    target_branch: Optional[int]) -> list[Finding]:
+    """Refuse a driver older than the pinned vLLM needs, unless the driver role installs a new enough branch this run."""
     branch = gpus_fact.get("driver_branch")
     needed = required_driver_branch(vllm_version)
-    if not isinstance(branch, int) or branch >= needed:
+    wheels = f"its wheels are CUDA {13 if needed >= 580 else 12} builds"
+    if isinstance(target_branch, int) and target_branch < needed:
+        return [(ERROR, f"{host}: vllm_version {vllm_version} needs NVIDIA driver R{needed} or newer ({wheels}) but "
+                        f"nvidia_driver_branch is {target_branch}: set nvidia_driver_branch to {needed} or newer")]
+    if not isinstance(branch, int) or branch >= needed or target_branch is not None:
         return []
     older = ", or pin vllm_version 0.18 or older for this host" if branch >= required_driver_branch("0.18") else ""
-    return [(ERROR, f"{host}: vllm_version {vllm_version} needs NVIDIA driver R{needed} or newer (its wheels are CUDA "
-                    f"{13 if needed >= 580 else 12} builds) but the host runs {gpus_fact.get('driver_version')} "
-                    f"(R{branch}): upgrade the driver to R{needed} or newer (the kit's driver role){older}")]
+    return [(ERROR, f"{host}: vllm_version {vllm_version} needs NVIDIA driver R{needed} or newer ({wheels}) but the "
+                    f"host runs {gpus_fact.get('driver_version')} (R{branch}): upgrade the driver to R{needed} or newer "
+                    f"(the kit's driver role){older}")]
 
 
-def problems(host: str, scenes: list[dict[str, Any]], plans: list[dict[str, Any]],
-             gpus_fact: Optional[dict[str, Any]], flavour: str, vllm_version: str) -> dict[str, list[str]]:
-    """Run every hardware rule over a host's resolved scenes and plans; return the errors and the warnings."""
+def problems(host: str, scenes: list[dict[str, Any]], plans: list[dict[str, Any]], gpus_fact: Optional[dict[str, Any]],
+             flavour: str, vllm_version: str, target_branch: Optional[int] = None) -> dict[str, list[str]]:
+    """Run every hardware rule over a host's resolved scenes and plans (target_branch: the driver role's branch)."""
     try:
         version_tuple(vllm_version)
     except PlanError as error:
@@ -227,7 +232,7 @@ def problems(host: str, scenes: list[dict[str, Any]], plans: list[dict[str, Any]
         findings += shared_gpu_findings(host, scenes, gpus, vllm_version)
         findings += [f for s in scenes for index in s["gpus"] if index in gpus
                      for f in card_findings(host, s, gpus[index], vllm_version)]
-        findings += driver_findings(host, gpus_fact or {}, vllm_version)
+        findings += driver_findings(host, gpus_fact or {}, vllm_version, target_branch)
     unique = list(dict.fromkeys(findings))  # a rule met on two GPUs of one scene says so once
     return {"errors": [m for level, m in unique if level == ERROR],
             "warnings": [m for level, m in unique if level == WARNING]}
