@@ -28,7 +28,11 @@ def personalise(merged: Path, plan: HostPlan, public_key: str) -> str:
     """Give a host its name, resolver, root SSH key and own host keys; return its host public key."""
     (merged / "etc/hostname").write_text(f"{plan.name}\n")
     (merged / "etc/hosts").write_text(f"127.0.0.1 localhost\n127.0.1.1 {plan.name}\n::1 localhost\n")
-    shutil.copyfile("/etc/resolv.conf", merged / "etc/resolv.conf")
+    resolv = merged / "etc/resolv.conf"
+    # Ubuntu roots link it to systemd-resolved's stub, which has no upstream in the lab: replace the link, not its target.
+    if resolv.is_symlink():
+        resolv.unlink()
+    shutil.copyfile("/etc/resolv.conf", resolv)
     ssh_dir = merged / "root/.ssh"
     ssh_dir.mkdir(mode=0o700, exist_ok=True)
     (ssh_dir / "authorized_keys").write_text(public_key)
