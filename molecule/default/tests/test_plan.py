@@ -1,0 +1,28 @@
+"""playbooks/plan.yml on the lab hosts: a plan row per scene, whose KV cache is the one vLLM reports at start."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import testinfra.host
+
+SCENARIO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(SCENARIO.parent / "shared"))
+
+from playbooks import run_playbook  # noqa: E402
+
+
+def test_plan_rows_match_the_kv_cache_vllm_reports(host: testinfra.host.Host) -> None:
+    """Each scene's planned KV tokens on the cpu flavour are the 'CPU KV cache size' its running vLLM logged."""
+    name = host.backend.get_hostname()
+    result = run_playbook(SCENARIO, "mdef", name, "../../playbooks/plan.yml")
+    assert result.returncode == 0, result.stdout[-3000:]
+    scenes = ["realtime", "batch"] if name == "mdef1" else ["realtime"]
+    for scene in scenes:
+        row = re.search(rf"\| {name} +\| {scene} +\| cpu +\|[^|]*\|[^|]*\|(?:[^|]*\|){{5}} *([\d,]+) *\|", result.stdout)
+        assert row, f"no plan row for {scene} in: {result.stdout[-2000:]}"
+        logged = host.check_output(f"journalctl -u vllm-scene-{scene} -o cat --no-pager | grep -o "
+                                   "'CPU KV cache size: [0-9,]* tokens' | tail -1")
+        assert logged == f"CPU KV cache size: {row.group(1)} tokens"
