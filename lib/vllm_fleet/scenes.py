@@ -179,3 +179,9 @@ def local_url(listen: str, port: int) -> str:
     """Return the http base URL a probe on the host uses for a service on listen:port (IPv6 in brackets)."""
     address = reach_address(listen)
     return f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"
+
+
+def ready_targets(scenes: list[Scene], unit_prefix: str = "vllm-scene-") -> list[dict[str, str]]:
+    """Return what vllm_fleet_scene_ready waits for: each scene's name, base URL on the host and systemd unit."""
+    return [{"name": scene["name"], "url": local_url(scene["host"], scene["port"]),
+             "unit": f"{unit_prefix}{scene['name']}.service"} for scene in scenes]

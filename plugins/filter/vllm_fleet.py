@@ -1,5 +1,5 @@
 """Ansible filters over vllm-fleet's pure logic (lib/vllm_fleet): scenes, model weights, capacity plans, hardware
-rules and verification."""
+rules, verification and rollouts."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
 
-from vllm_fleet import FleetError, hardware, models, planner, scenes, verify  # noqa: E402
+from vllm_fleet import FleetError, hardware, models, planner, rollout, scenes, verify  # noqa: E402
 
 
 def _guarded(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -40,6 +40,7 @@ class FilterModule:
             "vllm_fleet_is_ip": scenes.is_ip_literal,
             "vllm_fleet_reach_address": scenes.reach_address,
             "vllm_fleet_local_url": scenes.local_url,
+            "vllm_fleet_ready_targets": scenes.ready_targets,
             "vllm_fleet_model_manifest_paths": models.manifest_paths,
             "vllm_fleet_model_controller_dirs": models.controller_dirs,
             "vllm_fleet_model_listings": models.listings,
@@ -61,4 +62,7 @@ class FilterModule:
             "vllm_fleet_scene_report": _guarded(verify.scene_report),
             "vllm_fleet_scene_checks": _guarded(verify.scene_checks),
             "vllm_fleet_verify_summary": _guarded(verify.summary_markdown),
+            "vllm_fleet_state_scenes": rollout.state_scenes,
+            "vllm_fleet_restored_scenes": rollout.restored_scenes,
+            "vllm_fleet_rollout_failure": rollout.failure_message,
         }

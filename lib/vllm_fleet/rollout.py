@@ -1,0 +1,45 @@
+"""Rollouts: the deployed-state record of a host's scenes, the scenes a restore brings back, and failure reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Scene = dict[str, Any]
+
+
+def state_scenes(digests: dict[str, dict[str, str]], resolved: list[Scene]) -> dict[str, dict[str, Any]]:
+    """Return scene -> the digests of its files on the host and its resolved definition (API key by name only)."""
+    definitions = {scene["name"]: scene for scene in resolved}
+    return {name: {**sums, "definition": definitions.get(name)} for name, sums in sorted(digests.items())}
+
+
+def restored_scenes(fact: dict[str, Any] | None, names: list[str]) -> list[Scene]:
+    """Return the recorded definitions of the restored scenes, for verifying them (none without a recorded fact)."""
+    scenes = (fact or {}).get("scenes") or {}
+    return [scenes[name]["definition"] for name in names if (scenes.get(name) or {}).get("definition")]
+
+
+def failure_reason(result: dict[str, Any] | None) -> str:
+    """Return the one-line why of a failed task result."""
+    result = result or {}
+    text = result.get("msg") or result.get("stderr") or ""
+    if not text and result.get("results"):
+        failed = [item for item in result["results"] if isinstance(item, dict) and item.get("failed")]
+        text = failure_reason(failed[0]) if failed else ""
+    return " ".join(str(text).split())[:1200] or "no message"
+
+
+def failure_message(host: str, step: str, task: str, result: dict[str, Any] | None, restore: dict[str, Any]) -> str:
+    """Return the message a host's failed rollout ends with: which host, which step and task, why, what was restored."""
+    restarted = ", ".join(restore.get("restart") or []) or "none"
+    removed = ", ".join(restore.get("removed") or [])
+    recorded = restore.get("recorded") or []
+    verified = [scene["name"] for scene in restored_scenes(restore.get("fact"), recorded)]
+    back = (f"Restored release {restore.get('release') or '(none recorded)'} and the scene files; restarted: "
+            f"{restarted}" + (f"; removed the new scenes {removed}" if removed else "") + "; "
+            + (f"verified healthy: {', '.join(verified)}." if verified else
+               "the restored scenes run but were not verified: no deployed-state fact recorded their definitions."))
+    if step == "validate":
+        back = "Nothing was changed or restarted."
+    return (f"{host}: rollout failed at step {step} (task '{task}'): {failure_reason(result)}. {back} "
+            "The rollout stops here: hosts of later batches were not touched.")

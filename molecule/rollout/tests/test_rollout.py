@@ -1,0 +1,104 @@
+"""playbooks/rollout.yml on the converged three-host lab, one change after another (each run once, shared by the hosts'
+tests): a change vLLM's parser rejects restarts nothing; a change that fails at start-up stops at the canary, which is
+restored and verified while mrol2 and mrol3 are never touched; a good change reaches every host, canary first."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import testinfra
+import testinfra.host
+
+SCENARIO = Path(__file__).resolve().parents[1]
+REPO = SCENARIO.parents[1]
+sys.path.insert(0, str(REPO / "molecule" / "shared"))
+
+from playbooks import run_playbook  # noqa: E402
+
+LAB = os.environ.get("VFL_LAB", "mrol")
+HOSTS = ("mrol1", "mrol2", "mrol3")
+CANARY = HOSTS[0]
+UNIT = "vllm-scene-realtime.service"
+CONFIG = "/etc/vllm/scenes/realtime.yaml"
+STAGED = "/etc/vllm/scenes/.validated/realtime.yaml"
+FACT = "/etc/ansible/facts.d/vllm_fleet.fact"
+
+
+@functools.cache
+def lab_host(name: str) -> testinfra.host.Host:
+    """Return a testinfra connection to one lab host through molecule's inventory."""
+    return testinfra.get_host(f"ansible://{name}", ansible_inventory=os.environ["MOLECULE_INVENTORY_FILE"])
+
+
+def scene_state(name: str) -> dict[str, str]:
+    """Return what a rollout may change on a host: the scene process's invocation, its files and the fact."""
+    host = lab_host(name)
+    show = host.check_output(f"systemctl show -p InvocationID -p ActiveState -p MainPID {UNIT}")
+    return {**dict(line.split("=", 1) for line in show.splitlines()),
+            "config": host.check_output(f"sha256sum {CONFIG}").split()[0],
+            "staged": host.check_output(f"sha256sum {STAGED}").split()[0],
+            "fact": host.file(FACT).content_string}
+
+
+@functools.cache
+def rollout(change: str) -> tuple[dict[str, dict[str, str]], subprocess.CompletedProcess[str], dict[str, dict[str, str]]]:
+    """Roll out changes/<change>.yml to the whole lab once; return every host's state before, the run, and after."""
+    before = {name: scene_state(name) for name in HOSTS}
+    result = run_playbook(SCENARIO, LAB, "gpu_hosts", "../../playbooks/rollout.yml", "-e", f"@{SCENARIO}/changes/{change}.yml")
+    return before, result, {name: scene_state(name) for name in HOSTS}
+
+
+def health(name: str) -> str:
+    """Return the HTTP status of the realtime scene's /health, asked on the host."""
+    return lab_host(name).check_output("curl -s -o /dev/null -w '%{http_code}' --max-time 10 http://127.0.0.1:8000/health")
+
+
+def test_change_rejected_by_validation_restarts_nothing(host: testinfra.host.Host) -> None:
+    """An unknown engine argument stops the rollout at the canary's validation, with vLLM's message; nothing restarts."""
+    before, result, after = rollout("invalid")
+    name = host.backend.get_hostname()
+    assert result.returncode != 0, result.stdout[-3000:]
+    assert f"{CANARY}: rollout failed at step validate" in result.stdout, result.stdout[-3000:]
+    assert "no_such_engine_argument" in result.stdout or "no-such-engine-argument" in result.stdout
+    assert "Nothing was changed or restarted" in result.stdout
+    assert after[name] == before[name]
+
+
+def test_failure_at_start_up_restores_the_canary_and_spares_the_rest(host: testinfra.host.Host) -> None:
+    """max_model_len above the model's limit fails the canary at start-up: it is restored and verified, the others untouched."""
+    before, result, after = rollout("fails-at-start")
+    name = host.backend.get_hostname()
+    assert result.returncode != 0, result.stdout[-3000:]
+    message = f"{CANARY}: rollout failed at step scenes"
+    assert message in result.stdout, result.stdout[-4000:]
+    reason = result.stdout.split(message, 1)[1][:3000]
+    assert "max_model_len" in reason, reason
+    assert "restarted: realtime" in reason and "verified healthy: realtime" in reason, reason
+    assert "later batches were not touched" in reason
+    if name == CANARY:
+        assert after[name]["InvocationID"] != before[name]["InvocationID"]  # restarted with the change, then restored
+        assert {key: after[name][key] for key in ("config", "fact", "ActiveState")} == {
+            key: before[name][key] for key in ("config", "fact", "ActiveState")}
+        assert health(name) == "200"
+    else:
+        assert after[name] == before[name]  # the same process, files and fact: never touched
+
+
+def test_good_change_reaches_every_host_canary_first(host: testinfra.host.Host) -> None:
+    """A good change is deployed, restarted and verified everywhere; the canary's deploy is recorded before the others'."""
+    before, result, after = rollout("good")
+    name = host.backend.get_hostname()
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert "max-num-seqs: 8" in lab_host(name).file(CONFIG).content_string
+    assert after[name]["InvocationID"] != before[name]["InvocationID"] and after[name]["ActiveState"] == "active"
+    fact = json.loads(after[name]["fact"])
+    assert fact["scenes"]["realtime"]["config_sha256"] == after[name]["config"]
+    assert fact["scenes"]["realtime"]["definition"]["engine_args"]["max-num-seqs"] == 8
+    assert fact["deployed_at"] != json.loads(before[name]["fact"])["deployed_at"]
+    deployed = {other: json.loads(state["fact"])["deployed_at"] for other, state in after.items()}
+    assert all(deployed[CANARY] < deployed[other] for other in HOSTS[1:]), deployed

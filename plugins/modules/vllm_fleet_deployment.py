@@ -1,0 +1,269 @@
+#!/usr/bin/python
+"""Ansible module: inspect, snapshot or restore what a vllm-fleet host runs (logic in module_utils/vllm_fleet_deployment)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vllm_fleet_deployment
+short_description: Inspect, snapshot or restore the scene files and the active vLLM release of a host
+description:
+  - C(inspect) reports the active release and the sha256 of every scene config and unit; it changes nothing.
+  - C(snapshot) copies the scene configs, secret environments and units, the release pointer and the deployed-state
+    fact into I(snapshot_dir) (root only), so a rollout can step back.
+  - C(restore) puts the snapshot back; scenes the snapshot does not know are stopped, disabled and removed; it
+    reloads systemd and returns the scenes whose files it changed (the caller restarts them).
+version_added: "0.1.0"
+author: vllm-fleet
+options:
+  state:
+    description: What to do.
+    type: str
+    choices: [inspect, snapshot, restore]
+    default: inspect
+  config_dir:
+    description: The scene configs (C(<scene>.yaml)) and secret environments (C(<scene>.env)).
+    type: path
+    default: /etc/vllm/scenes
+  unit_dir:
+    description: Where the scene units are.
+    type: path
+    default: /etc/systemd/system
+  unit_prefix:
+    description: Scene units are named C(<unit_prefix><scene>.service).
+    type: str
+    default: vllm-scene-
+  release_link:
+    description: The link to the active release.
+    type: path
+    default: /opt/vllm/current
+  model_dir:
+    description: The models, each with its C(.vllm-fleet-model.json) marker.
+    type: path
+    default: /var/lib/vllm/models
+  fact_path:
+    description: The deployed-state fact, kept with the snapshot.
+    type: path
+    default: /etc/ansible/facts.d/vllm_fleet.fact
+  snapshot_dir:
+    description: Where the snapshot lives.
+    type: path
+    default: /var/lib/vllm-fleet/rollback
+  systemd:
+    description: Stop removed scenes and reload systemd (false on hosts without systemd).
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Record what runs before a rollout changes it
+  vllm_fleet_deployment:
+    state: snapshot
+
+- name: Put it back
+  vllm_fleet_deployment:
+    state: restore
+  register: restored
+"""
+
+RETURN = r"""
+release:
+  description: Path of the active release (after a restore, the restored one), or null.
+  returned: always
+  type: str
+  sample: /opt/vllm/releases/cpu-0.32.0-1a2b3c4d
+release_marker:
+  description: The active release's C(.vllm-fleet-release.json) (name, flavour, version, requirements), or null.
+  returned: always
+  type: dict
+models:
+  description: Model name -> {source, origin, manifest_sha256} from the model markers.
+  returned: always
+  type: dict
+scenes:
+  description: Scene name -> {config_sha256, unit_sha256} of the files on the host (before any restore).
+  returned: always
+  type: dict
+fact:
+  description: The deployed-state fact kept in the snapshot (restore) or on the host (inspect, snapshot), or null.
+  returned: always
+  type: dict
+restart:
+  description: Scenes whose files the restore changed (restart them).
+  returned: state=restore
+  type: list
+  elements: str
+removed:
+  description: Scenes the restore stopped and removed (the rollout added them).
+  returned: state=restore
+  type: list
+  elements: str
+recorded:
+  description: The scenes of the snapshot (all of them run after the restore).
+  returned: state=restore
+  type: list
+  elements: str
+"""
+
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+from ansible.module_utils.basic import AnsibleModule  # noqa: E402
+from ansible.module_utils.vllm_fleet_deployment import Layout, digests, plan_restore, snapshot_name  # noqa: E402
+
+MODEL_MARKER = ".vllm-fleet-model.json"
+RELEASE_MARKER = ".vllm-fleet-release.json"
+
+
+def read_link(link: Path) -> str | None:
+    """Return the target of the release link, or None when there is none."""
+    return os.readlink(link) if link.is_symlink() else None
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    """Return a JSON file's content, or None when it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def scene_digests(layout: Layout, files: dict[str, str], sums: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Return scene -> digests of its config and unit (never of its secret environment)."""
+    scenes: dict[str, dict[str, str]] = {}
+    for path, scene in files.items():
+        kind = "unit_sha256" if path.endswith(".service") else "config_sha256" if path.endswith(".yaml") else None
+        if kind:
+            scenes.setdefault(scene, {})[kind] = sums[path]
+    return scenes
+
+
+def model_markers(model_dir: Path) -> dict[str, dict[str, Any]]:
+    """Return model name -> where it came from and a digest of the manifest it was verified against."""
+    models: dict[str, dict[str, Any]] = {}
+    for marker_path in sorted(model_dir.glob(f"*/{MODEL_MARKER}")):
+        marker = read_json(marker_path)
+        if marker is not None:
+            manifest = json.dumps(marker.get("files"), sort_keys=True).encode()
+            models[marker_path.parent.name] = {"source": marker.get("source"), "origin": marker.get("origin"),
+                                               "manifest_sha256": hashlib.sha256(manifest).hexdigest()}
+    return models
+
+
+def copy_with_owner(source: Path, dest: Path, mode: int | None = None) -> None:
+    """Copy a file atomically, keeping the source's owner, group and mode."""
+    info = source.stat()
+    handle, temporary = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
+    os.close(handle)
+    shutil.copyfile(source, temporary)
+    os.chown(temporary, info.st_uid, info.st_gid)
+    os.chmod(temporary, mode if mode is not None else info.st_mode & 0o7777)
+    os.replace(temporary, dest)
+
+
+def relink(link: Path, target: str) -> None:
+    """Point the release link at target atomically."""
+    temporary = link.with_name(f".{link.name}.restore")
+    if temporary.is_symlink():
+        temporary.unlink()
+    os.symlink(target, temporary)
+    os.replace(temporary, link)
+
+
+def snapshot_manifest(layout: Layout, files: dict[str, str], sums: dict[str, str], fact_path: Path) -> dict[str, Any]:
+    """Return the manifest of a snapshot of the host as it is now."""
+    return {"release": read_link(layout.release_link), "fact": read_json(fact_path),
+            "files": {path: {"scene": scene, "sha256": sums[path]} for path, scene in files.items()}}
+
+
+def take_snapshot(files: dict[str, str], manifest: dict[str, Any], where: Path) -> None:
+    """Write the snapshot: the scene files with their owners and modes, and its manifest."""
+    staging = where.with_name(f".{where.name}.new")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(mode=0o700, parents=True)
+    for path in files:
+        copy_with_owner(Path(path), staging / snapshot_name(path))
+    (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
+    shutil.rmtree(where, ignore_errors=True)
+    os.replace(staging, where)
+
+
+def restore(module: AnsibleModule, layout: Layout, files: dict[str, str], sums: dict[str, str], where: Path,
+            fact_path: Path) -> dict[str, Any]:
+    """Put the snapshot back and return what changed."""
+    manifest = read_json(where / "manifest.json")
+    if manifest is None:
+        module.fail_json(msg=f"no snapshot at {where}: nothing to restore (the rollout records one before it deploys)")
+    recorded = {path: entry["sha256"] for path, entry in manifest["files"].items()}
+    scene_of = {**files, **{path: entry["scene"] for path, entry in manifest["files"].items()}}
+    plan = plan_restore(recorded, sums, scene_of, manifest["release"], read_link(layout.release_link))
+    if manifest["release"] and not Path(manifest["release"]).is_dir():
+        module.fail_json(msg=f"the recorded release {manifest['release']} is gone from the host; install it again "
+                             "(vllm_version) or raise vllm_releases_keep")
+    changed = bool(plan.write or plan.delete or plan.relink)
+    if changed and not module.check_mode:
+        if module.params["systemd"]:
+            for scene in plan.remove_scenes:
+                module.run_command(["systemctl", "disable", "--now", layout.unit_of(scene)], check_rc=True)
+        for path in plan.delete:
+            Path(path).unlink()
+        for path in plan.write:
+            copy_with_owner(where / snapshot_name(path), Path(path))
+        if plan.relink:
+            relink(layout.release_link, manifest["release"])
+        if manifest.get("fact") is not None:
+            fact_path.parent.mkdir(parents=True, exist_ok=True)
+            fact_path.write_text(json.dumps(manifest["fact"], indent=2, sort_keys=True) + "\n")
+        if module.params["systemd"]:
+            module.run_command(["systemctl", "daemon-reload"], check_rc=True)
+    return {"changed": changed, "release": manifest["release"], "restart": plan.restart, "removed": plan.remove_scenes,
+            "recorded": plan.recorded_scenes, "fact": manifest.get("fact")}
+
+
+def main() -> None:
+    """Run the module."""
+    module = AnsibleModule(
+        argument_spec={
+            "state": {"type": "str", "choices": ["inspect", "snapshot", "restore"], "default": "inspect"},
+            "config_dir": {"type": "path", "default": "/etc/vllm/scenes"},
+            "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
+            "unit_prefix": {"type": "str", "default": "vllm-scene-"},
+            "release_link": {"type": "path", "default": "/opt/vllm/current"},
+            "model_dir": {"type": "path", "default": "/var/lib/vllm/models"},
+            "fact_path": {"type": "path", "default": "/etc/ansible/facts.d/vllm_fleet.fact"},
+            "snapshot_dir": {"type": "path", "default": "/var/lib/vllm-fleet/rollback"},
+            "systemd": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    params = module.params
+    layout = Layout(Path(params["config_dir"]), Path(params["unit_dir"]), params["unit_prefix"],
+                    Path(params["release_link"]))
+    files = layout.scene_files()
+    sums = digests(files)
+    fact_path, where = Path(params["fact_path"]), Path(params["snapshot_dir"])
+    result: dict[str, Any] = {"changed": False, "release": read_link(layout.release_link),
+                              "release_marker": read_json(layout.release_link / RELEASE_MARKER),
+                              "models": model_markers(Path(params["model_dir"])),
+                              "scenes": scene_digests(layout, files, sums), "fact": read_json(fact_path)}
+    if params["state"] == "snapshot":
+        manifest = snapshot_manifest(layout, files, sums, fact_path)
+        result["changed"] = read_json(where / "manifest.json") != manifest
+        if result["changed"] and not module.check_mode:
+            take_snapshot(files, manifest, where)
+    elif params["state"] == "restore":
+        result.update(restore(module, layout, files, sums, where, fact_path))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""Deployed state and rollback: the restore plan, the state record, failure messages, and the module on real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
+sys.path.insert(0, str(REPO / "lib"))
+
+from vllm_fleet import rollout, scenes  # noqa: E402
+from vllm_fleet_deployment import Layout, plan_restore  # noqa: E402
+
+SCENE_OF = {"/c/realtime.yaml": "realtime", "/c/realtime.env": "realtime", "/u/vllm-scene-realtime.service": "realtime",
+            "/c/batch.yaml": "batch", "/c/new.yaml": "new"}
+
+
+def test_unchanged_host_needs_no_restore() -> None:
+    """Recorded and current files and release alike: nothing to write, delete, restart or relink."""
+    files = {"/c/realtime.yaml": "a", "/u/vllm-scene-realtime.service": "b"}
+    plan = plan_restore(files, dict(files), SCENE_OF, "/r/1", "/r/1")
+    assert (plan.write, plan.delete, plan.restart, plan.remove_scenes, plan.relink) == ([], [], [], [], False)
+    assert plan.recorded_scenes == ["realtime"]
+
+
+def test_changed_scene_is_written_back_and_restarted_only() -> None:
+    """A scene whose config changed gets it back and a restart; an untouched scene does not."""
+    recorded = {"/c/realtime.yaml": "a", "/c/batch.yaml": "b"}
+    plan = plan_restore(recorded, {"/c/realtime.yaml": "CHANGED", "/c/batch.yaml": "b"}, SCENE_OF, "/r/1", "/r/1")
+    assert plan.write == ["/c/realtime.yaml"] and plan.restart == ["realtime"] and plan.delete == []
+
+
+def test_scene_added_by_the_rollout_is_removed_not_restarted() -> None:
+    """Files of a scene the snapshot does not know are deleted and the scene is stopped, not restarted."""
+    plan = plan_restore({"/c/realtime.yaml": "a"}, {"/c/realtime.yaml": "a", "/c/new.yaml": "n"}, SCENE_OF, None, None)
+    assert plan.delete == ["/c/new.yaml"] and plan.remove_scenes == ["new"] and plan.restart == []
+
+
+def test_scene_removed_by_the_rollout_comes_back() -> None:
+    """A recorded scene whose files the rollout deleted is written back and (re)started."""
+    plan = plan_restore({"/c/batch.yaml": "b"}, {}, SCENE_OF, "/r/1", "/r/2")
+    assert plan.write == ["/c/batch.yaml"] and plan.restart == ["batch"] and plan.relink
+
+
+def test_scene_files_reads_configs_envs_and_units_only(tmp_path: Path) -> None:
+    """Configs, secret environments and the prefixed units count; the staging dir and other units do not."""
+    (tmp_path / "c" / ".validated").mkdir(parents=True)
+    (tmp_path / "u").mkdir()
+    for path in ("c/realtime.yaml", "c/realtime.env", "c/.validated/realtime.yaml", "c/notes.txt",
+                 "u/vllm-scene-realtime.service", "u/ssh.service"):
+        (tmp_path / path).write_text(path)
+    layout = Layout(tmp_path / "c", tmp_path / "u", "vllm-scene-", tmp_path / "current")
+    assert layout.scene_files() == {str(tmp_path / "c/realtime.env"): "realtime", str(tmp_path / "c/realtime.yaml"): "realtime",
+                                    str(tmp_path / "u/vllm-scene-realtime.service"): "realtime"}
+
+
+def test_state_record_keeps_definitions_without_secret_values() -> None:
+    """The record holds each scene's digests and definition, whose API key is a variable name."""
+    definition = {"name": "realtime", "host": "0.0.0.0", "port": 8000, "api_key_var": "vault_key"}
+    record = rollout.state_scenes({"realtime": {"config_sha256": "a", "unit_sha256": "b"}}, [definition])
+    assert record == {"realtime": {"config_sha256": "a", "unit_sha256": "b", "definition": definition}}
+    assert rollout.restored_scenes({"scenes": record}, ["realtime", "gone"]) == [definition]
+    assert rollout.restored_scenes(None, ["realtime"]) == []
+
+
+def test_failure_message_names_host_step_reason_and_restore() -> None:
+    """The message says which host, which step and task, why, what was restored and verified, and that the rollout stopped."""
+    definition = {"name": "realtime", "host": "127.0.0.1", "port": 8000}
+    restore = {"release": "/opt/vllm/releases/cpu-1", "restart": ["realtime"], "removed": [], "recorded": ["realtime"],
+               "fact": {"scenes": {"realtime": {"definition": definition}}}}
+    result = {"failed": True, "msg": "scene realtime crashed:\nValueError: max_model_len too long"}
+    message = rollout.failure_message("lab1", "scenes", "Wait for the scenes", result, restore)
+    assert message.startswith("lab1: rollout failed at step scenes (task 'Wait for the scenes'): scene realtime crashed: "
+                              "ValueError: max_model_len too long.")
+    assert "Restored release /opt/vllm/releases/cpu-1" in message and "verified healthy: realtime." in message
+    assert message.endswith("hosts of later batches were not touched.")
+    unverified = rollout.failure_message("lab1", "verify", "t", result, {**restore, "fact": None})
+    assert "not verified" in unverified
+    assert "Nothing was changed or restarted" in rollout.failure_message("lab1", "validate", "t", result, {})
+
+
+def test_failure_reason_of_a_loop_names_the_failed_item() -> None:
+    """A failed loop task gives the first failed item's message."""
+    result = {"failed": True, "results": [{"failed": False, "msg": "ok"}, {"failed": True, "stderr": "error: bad value"}]}
+    assert rollout.failure_reason(result) == "error: bad value"
+
+
+def test_ready_targets_probe_on_the_host() -> None:
+    """Each scene is waited for on the address the host reaches it at, through its systemd unit."""
+    assert scenes.ready_targets([{"name": "batch", "host": "0.0.0.0", "port": 8001}]) == [
+        {"name": "batch", "url": "http://127.0.0.1:8001", "unit": "vllm-scene-batch.service"}]
+
+
+def run_module(state: str, root: Path) -> dict[str, object]:
+    """Run the vllm_fleet_deployment module on files under root (no systemd) and return its result."""
+    args = {"state": state, "config_dir": str(root / "etc"), "unit_dir": str(root / "units"),
+            "release_link": str(root / "current"), "model_dir": str(root / "models"),
+            "fact_path": str(root / "facts" / "vllm_fleet.fact"), "snapshot_dir": str(root / "snapshot"), "systemd": False}
+    command = [str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local", "-m", "vllm_fleet_deployment",
+               "-a", json.dumps(args), "-o"]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False,
+                          env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_INVENTORY": "localhost,"})
+    assert "=> " in done.stdout, done.stdout + done.stderr
+    status, result = done.stdout.split("=> ", 1)
+    return {**json.loads(result), "failed": "FAILED" in status}
+
+
+@pytest.fixture()
+def host_root(tmp_path: Path) -> Path:
+    """A host's scene files, two releases (the first current), a model marker and a fact under tmp_path."""
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "units").mkdir()
+    (tmp_path / "facts").mkdir()
+    for release in ("r1", "r2"):
+        (tmp_path / "releases" / release).mkdir(parents=True)
+        (tmp_path / "releases" / release / ".vllm-fleet-release.json").write_text(json.dumps({"name": release}))
+    (tmp_path / "current").symlink_to(tmp_path / "releases" / "r1")
+    (tmp_path / "etc" / "realtime.yaml").write_text("max-num-seqs: 16\n")
+    (tmp_path / "etc" / "realtime.env").write_text("VLLM_API_KEY=secret\n")
+    (tmp_path / "etc" / "realtime.env").chmod(0o640)
+    (tmp_path / "units" / "vllm-scene-realtime.service").write_text("ExecStart=r1\n")
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    (tmp_path / "models" / "tiny" / ".vllm-fleet-model.json").write_text(
+        json.dumps({"source": "http", "origin": "http://mirror", "files": [{"path": "a", "sha256": "x"}]}))
+    (tmp_path / "facts" / "vllm_fleet.fact").write_text(json.dumps({"deployed_at": "then"}))
+    return tmp_path
+
+
+def test_module_inspects_without_secret_digests(host_root: Path) -> None:
+    """inspect reports the release marker, model origin, config and unit digests, and no digest of the secret file."""
+    result = run_module("inspect", host_root)
+    assert result["changed"] is False and result["release_marker"] == {"name": "r1"}
+    assert result["models"]["tiny"]["origin"] == "http://mirror"
+    assert set(result["scenes"]["realtime"]) == {"config_sha256", "unit_sha256"}
+
+
+def test_module_snapshot_then_restore_puts_the_host_back(host_root: Path) -> None:
+    """A snapshot, then a deploy that changes a config, adds a scene and moves the release, is undone by restore."""
+    assert run_module("snapshot", host_root)["changed"] is True
+    assert run_module("snapshot", host_root)["changed"] is False  # the same state again: nothing to record
+    assert oct((host_root / "snapshot").stat().st_mode & 0o777) == "0o700"
+    (host_root / "etc" / "realtime.yaml").write_text("max-model-len: 65536\n")
+    (host_root / "etc" / "batch.yaml").write_text("new scene\n")
+    (host_root / "current").unlink()
+    (host_root / "current").symlink_to(host_root / "releases" / "r2")
+    (host_root / "facts" / "vllm_fleet.fact").write_text(json.dumps({"deployed_at": "now"}))
+    result = run_module("restore", host_root)
+    assert result["changed"] is True and result["restart"] == ["realtime"] and result["removed"] == ["batch"]
+    assert (host_root / "etc" / "realtime.yaml").read_text() == "max-num-seqs: 16\n"
+    assert not (host_root / "etc" / "batch.yaml").exists()
+    assert os.readlink(host_root / "current") == str(host_root / "releases" / "r1")
+    assert json.loads((host_root / "facts" / "vllm_fleet.fact").read_text()) == {"deployed_at": "then"}
+    assert oct((host_root / "etc" / "realtime.env").stat().st_mode & 0o777) == "0o640"
+    assert run_module("restore", host_root)["changed"] is False
+
+
+def test_module_refuses_a_restore_without_snapshot(host_root: Path) -> None:
+    """Restore with no snapshot fails and says why."""
+    result = run_module("restore", host_root)
+    assert result.get("failed") and "no snapshot" in str(result["msg"])
