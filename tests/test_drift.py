@@ -1,0 +1,254 @@
+"""roles/vllm_drift: the verdict and status of a drift check (pure), then the whole check run for real on the controller.
+
+The end-to-end tests run the role's check tool with the controller's own ansible-pull against a git repo in a temp
+directory: a playbook that manages files under the same temp directory, checked out at a pinned commit, over the
+local connection. No root and no lab needed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from conftest import REPO
+
+ROLE = REPO / "roles" / "vllm_drift"
+TOOL = ROLE / "files" / "vllm_drift_check.py"
+
+
+def _load(path: Path, name: str) -> ModuleType:
+    """Import a file of the role the way the host runs it: as a plain file, not a package."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+drift = _load(TOOL, "vllm_drift_check")
+
+
+def recap(changed: int = 0, failures: int = 0, unreachable: int = 0, ok: int = 5) -> dict[str, int]:
+    """A host's recap as the callback writes it (stats.summarize)."""
+    return {"ok": ok, "changed": changed, "failures": failures, "unreachable": unreachable, "skipped": 0,
+            "rescued": 0, "ignored": 0}
+
+
+def report(hosts: dict[str, dict[str, int]], changed: list[dict[str, Any]] | None = None,
+           failed: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A callback report."""
+    return {"hosts": hosts, "changed": changed or [], "failed": failed or [], "unreachable": []}
+
+
+def test_in_sync() -> None:
+    """No change, no failure, rc 0: in sync, exit 0."""
+    result = drift.evaluate(report({"gpu-a": recap()}), 0)
+    assert (result["verdict"], result["changed"], result["changed_tasks"], result["message"]) == (
+        "in sync", 0, [], "no change")
+    assert drift.EXIT_CODES[result["verdict"]] == 0
+
+
+def test_drift_names_the_changed_tasks_once_each() -> None:
+    """Changes: drift with the task names in run order, a handler marked, a task looped twice named once."""
+    changed = [{"host": "gpu-a", "task": "vllm_scenes : Install each validated scene config", "handler": False},
+               {"host": "gpu-a", "task": "vllm_scenes : Install each validated scene config", "handler": False},
+               {"host": "gpu-a", "task": "vllm_scenes : Restart changed scenes", "handler": True}]
+    result = drift.evaluate(report({"gpu-a": recap(changed=2)}, changed), 0)
+    assert result["verdict"] == "drift"
+    assert result["changed_tasks"] == ["vllm_scenes : Install each validated scene config",
+                                       "vllm_scenes : Restart changed scenes (handler)"]
+    assert result["message"] == ("2 changes: vllm_scenes : Install each validated scene config; "
+                                 "vllm_scenes : Restart changed scenes (handler)")
+    assert drift.EXIT_CODES["drift"] == 3
+
+
+def test_drift_with_several_hosts_names_the_host() -> None:
+    """A limit that covers two hosts sums their recaps and prefixes each task with its host."""
+    changed = [{"host": "b", "task": "Write x"}]
+    result = drift.evaluate(report({"a": recap(), "b": recap(changed=1)}, changed), 0)
+    assert (result["verdict"], result["changed"], result["changed_tasks"], result["hosts"]) == (
+        "drift", 1, ["b: Write x"], ["a", "b"])
+    assert result["message"] == "1 change: b: Write x"
+
+
+def test_long_drift_lists_ten_tasks_in_the_message() -> None:
+    """The journal line names ten tasks and counts the rest; the status keeps them all."""
+    changed = [{"host": "a", "task": f"task {n}"} for n in range(13)]
+    result = drift.evaluate(report({"a": recap(changed=13)}, changed), 0)
+    assert len(result["changed_tasks"]) == 13
+    assert result["message"].endswith("task 9; and 3 more")
+
+
+@pytest.mark.parametrize(("hosts", "failed", "rc", "expected"), [
+    ({"a": recap(changed=1, failures=1)}, [{"host": "a", "task": "Install", "msg": "boom"}], 2,
+     "the check failed: 1 failed, 0 unreachable: Install: boom"),
+    ({"a": recap(unreachable=1)}, [], 4, "the check failed: 0 failed, 1 unreachable"),
+    ({}, [], 0, "no host matched the limit in the inventory: nothing was checked"),
+    ({"a": recap()}, [], 1, "ansible-pull exited 1; see the log"),
+])
+def test_errors(hosts: dict[str, dict[str, int]], failed: list[dict[str, Any]], rc: int, expected: str) -> None:
+    """A failure, an unreachable host, no host matched or a failing ansible-pull is an error, whatever changed."""
+    result = drift.evaluate(report(hosts, failed=failed), rc)
+    assert (result["verdict"], result["message"]) == ("error", expected)
+    assert drift.EXIT_CODES["error"] == 2
+
+
+@pytest.mark.parametrize(("rc", "expected"), [(1, "ansible-pull exited 1 before the playbook reported"),
+                                              (0, "the playbook wrote no report")])
+def test_no_report_is_an_error(rc: int, expected: str) -> None:
+    """Without a callback report (checkout failed, playbook missing) the verdict is error."""
+    result = drift.evaluate(None, rc)
+    assert result["verdict"] == "error" and result["message"].startswith(expected)
+
+
+def test_status_document_and_summary_line() -> None:
+    """The status has every field a reader needs; the journal line carries verdict, message, ref and commit."""
+    result = drift.evaluate(report({"a": recap(changed=1)}, [{"host": "a", "task": "Write x"}]), 0)
+    status = drift.build_status(result, checked_at="2026-11-30T10:00:00+00:00", repo="https://git/fleet.git",
+                                ref="v1.2", commit="0123456789abcdef" * 2 + "01234567", ref_is_branch=False,
+                                limit="a", duration_s=12.34, log="/var/lib/vllm-fleet/drift/last-run.log")
+    assert status == {
+        "checked_at": "2026-11-30T10:00:00+00:00", "repo": "https://git/fleet.git", "ref": "v1.2",
+        "ref_is_branch": False, "commit": "0123456789abcdef" * 2 + "01234567", "limit": "a", "hosts": ["a"],
+        "verdict": "drift", "changed": 1, "changed_tasks": ["Write x"], "failed": 0, "unreachable": 0,
+        "failed_tasks": [], "message": "1 change: Write x", "duration_s": 12.3,
+        "log": "/var/lib/vllm-fleet/drift/last-run.log", "exit_code": 3}
+    assert json.loads(json.dumps(status)) == status
+    assert drift.summary_line(status) == "vllm-drift: drift: 1 change: Write x (ref v1.2, commit 0123456789ab)"
+
+
+def test_branch_ref_is_noted() -> None:
+    """A ref that turned out to be a branch is said in the message, the verdict stays."""
+    status = drift.build_status(drift.evaluate(report({"a": recap()}), 0), checked_at="t", repo="r", ref="main",
+                                commit=None, ref_is_branch=True, limit="a", duration_s=0, log="l")
+    assert status["verdict"] == "in sync"
+    assert status["message"] == "no change (note: ref 'main' is a branch, not a pinned commit or tag)"
+    assert drift.summary_line(status).endswith("(ref main, commit none)")
+
+
+def test_pull_argv() -> None:
+    """ansible-pull runs in check mode with diff, a full clean clone at the ref, locally; vault and extras passed."""
+    config = {"venv_dir": "/opt/d", "repo_url": "http://h/f.git", "ref": "abc", "checkout_dir": "/c",
+              "inventory": "inventory/production", "limit": "gpu-a", "playbook": "site.yml",
+              "vault_password_file": "/etc/d/vault-password", "extra_args": ["--skip-tags=x"]}
+    assert drift.pull_argv(config) == [
+        "/opt/d/bin/ansible-pull", "--check", "--diff", "--full", "--clean", "--url", "http://h/f.git", "--checkout",
+        "abc", "--directory", "/c", "--inventory", "inventory/production", "--limit", "gpu-a", "--extra-vars",
+        "ansible_connection=local", "--vault-password-file=/etc/d/vault-password", "--skip-tags=x", "site.yml"]
+    assert "--vault-password-file" not in " ".join(drift.pull_argv({**config, "vault_password_file": None}))
+
+
+def test_write_atomically_replaces_the_file(tmp_path: Path) -> None:
+    """The status file is replaced whole, with the mode asked for, and no temp file is left."""
+    path = tmp_path / "drift" / "status.json"
+    drift.write_atomically(path, "old\n")
+    drift.write_atomically(path, "new\n", 0o640)
+    assert path.read_text() == "new\n"
+    assert path.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in path.parent.iterdir()] == ["status.json"]
+
+
+# The whole check, run for real with the controller's ansible-pull.
+
+PLAYBOOK = """---
+- name: A tiny fleet
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: Write the demo config
+      ansible.builtin.copy:
+        content: "{{ demo_content }}\\n"
+        dest: "{{ target }}/demo.conf"
+        mode: "0644"
+    - name: Keep the marker directory
+      ansible.builtin.file:
+        path: "{{ target }}/marker"
+        state: directory
+        mode: "0755"
+"""
+
+
+def _git(cwd: Path, *args: str) -> str:
+    """Run git in cwd; return its stdout."""
+    return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> dict[str, Any]:
+    """A fleet repo with one commit, a target directory in sync with it, and the check's config."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo, target, state = tmp_path / "fleet", tmp_path / "target", tmp_path / "state"
+    (repo / "inventory" / "host_vars").mkdir(parents=True)
+    (repo / "site.yml").write_text(PLAYBOOK)
+    (repo / "inventory" / "hosts.yml").write_text("all:\n  hosts:\n    drifthost:\n")
+    (repo / "inventory" / "host_vars" / "drifthost.yml").write_text(
+        f"target: {target}\ndemo_content: hello\nansible_python_interpreter: {sys.executable}\n")
+    _git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "fleet")
+    (target / "marker").mkdir(parents=True)
+    (target / "demo.conf").write_text("hello\n")
+    (target / "demo.conf").chmod(0o644)
+    commit = _git(repo, "rev-parse", "HEAD")
+    config = {"repo_url": f"file://{repo}", "ref": commit, "playbook": "site.yml",
+              "inventory": "inventory/hosts.yml", "limit": "drifthost", "state_dir": str(state),
+              "checkout_dir": str(state / "checkout"), "status_file": str(state / "status.json"),
+              "venv_dir": str(Path(sys.executable).parent.parent), "callback_dir": str(ROLE / "files" / "callback_plugins"),
+              "vault_password_file": None, "extra_args": []}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return {"config": tmp_path / "config.json", "target": target, "state": state, "commit": commit, "repo": repo}
+
+
+def _check(fleet: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+           ) -> tuple[int, dict[str, Any], str]:
+    """Run the check tool once; return its exit code, the status file and what it printed."""
+    for name in [name for name in os.environ if name.startswith("ANSIBLE_")]:
+        monkeypatch.delenv(name)
+    code = drift.main(["vllm_drift_check.py", str(fleet["config"])])
+    status = json.loads((fleet["state"] / "status.json").read_text())
+    return code, status, capsys.readouterr().out
+
+
+def test_real_check_in_sync_then_drift_then_error(fleet: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """In sync at the pinned commit; a file edited by hand is drift naming its task and stays edited; a bad ref errs."""
+    code, status, out = _check(fleet, monkeypatch, capsys)
+    assert (code, status["verdict"], status["commit"], status["changed"]) == (0, "in sync", fleet["commit"], 0), out
+    assert out.startswith(f"vllm-drift: in sync: no change (ref {fleet['commit']}, commit {fleet['commit'][:12]})")
+
+    (fleet["target"] / "demo.conf").write_text("edited by hand\n")
+    code, status, out = _check(fleet, monkeypatch, capsys)
+    assert (code, status["verdict"], status["changed_tasks"]) == (3, "drift", ["Write the demo config"]), out
+    assert out.startswith("vllm-drift: drift: 1 change: Write the demo config")
+    assert (fleet["target"] / "demo.conf").read_text() == "edited by hand\n"  # check mode repaired nothing
+    assert "-hello" not in out  # the diff is in the log, not in the journal line
+    assert "+hello" in (fleet["state"] / "last-run.log").read_text()
+    assert (fleet["state"] / "last-run.log").stat().st_mode & 0o777 == 0o600
+
+    config = json.loads(fleet["config"].read_text())
+    fleet["config"].write_text(json.dumps({**config, "ref": "0" * 40}))
+    code, status, out = _check(fleet, monkeypatch, capsys)
+    assert (code, status["verdict"], status["exit_code"]) == (2, "error", 2), out
+    assert "vllm-drift: log: " in out
+
+
+def test_real_check_branch_ref_and_unknown_limit(fleet: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A branch as ref is noted in the status; a limit that matches no host is an error, not 'in sync'."""
+    config = json.loads(fleet["config"].read_text())
+    fleet["config"].write_text(json.dumps({**config, "ref": "main"}))
+    code, status, out = _check(fleet, monkeypatch, capsys)
+    assert (code, status["verdict"], status["ref_is_branch"]) == (0, "in sync", True), out
+    fleet["config"].write_text(json.dumps({**config, "limit": "nosuchhost"}))
+    code, status, out = _check(fleet, monkeypatch, capsys)
+    assert (code, status["verdict"]) == (2, "error"), out
