@@ -56,8 +56,8 @@ def test_scene_files_reads_configs_envs_and_units_only(tmp_path: Path) -> None:
                  "u/vllm-scene-realtime.service", "u/ssh.service"):
         (tmp_path / path).write_text(path)
     layout = Layout(tmp_path / "c", tmp_path / "u", "vllm-scene-", tmp_path / "current")
-    assert layout.scene_files() == {str(tmp_path / "c/realtime.env"): "realtime", str(tmp_path / "c/realtime.yaml"): "realtime",
-                                    str(tmp_path / "u/vllm-scene-realtime.service"): "realtime"}
+    expected = ("c/realtime.env", "c/realtime.yaml", "u/vllm-scene-realtime.service")
+    assert layout.scene_files() == {str(tmp_path / path): "realtime" for path in expected}
 
 
 def test_state_record_keeps_definitions_without_secret_values() -> None:
@@ -70,7 +70,7 @@ def test_state_record_keeps_definitions_without_secret_values() -> None:
 
 
 def test_failure_message_names_host_step_reason_and_restore() -> None:
-    """The message says which host, which step and task, why, what was restored and verified, and that the rollout stopped."""
+    """The message names host, step and task, why, what was restored and verified, and that the rollout stopped."""
     definition = {"name": "realtime", "host": "127.0.0.1", "port": 8000}
     restore = {"release": "/opt/vllm/releases/cpu-1", "restart": ["realtime"], "removed": [], "recorded": ["realtime"],
                "fact": {"scenes": {"realtime": {"definition": definition}}}}

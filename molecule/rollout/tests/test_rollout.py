@@ -49,7 +49,8 @@ def scene_state(name: str) -> dict[str, str]:
 def rollout(change: str) -> tuple[dict[str, dict[str, str]], subprocess.CompletedProcess[str], dict[str, dict[str, str]]]:
     """Roll out changes/<change>.yml to the whole lab once; return every host's state before, the run, and after."""
     before = {name: scene_state(name) for name in HOSTS}
-    result = run_playbook(SCENARIO, LAB, "gpu_hosts", "../../playbooks/rollout.yml", "-e", f"@{SCENARIO}/changes/{change}.yml")
+    result = run_playbook(SCENARIO, LAB, "gpu_hosts", "../../playbooks/rollout.yml",
+                          "-e", f"@{SCENARIO}/changes/{change}.yml")
     return before, result, {name: scene_state(name) for name in HOSTS}
 
 
@@ -70,7 +71,7 @@ def test_change_rejected_by_validation_restarts_nothing(host: testinfra.host.Hos
 
 
 def test_failure_at_start_up_restores_the_canary_and_spares_the_rest(host: testinfra.host.Host) -> None:
-    """max_model_len above the model's limit fails the canary at start-up: it is restored and verified, the others untouched."""
+    """max_model_len above the model's limit fails the canary at start: it is restored and verified, the rest untouched."""
     before, result, after = rollout("fails-at-start")
     name = host.backend.get_hostname()
     assert result.returncode != 0, result.stdout[-3000:]
