@@ -8,6 +8,8 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -62,3 +64,56 @@ def write_json(path: Path, results: Results) -> None:
             "benchmarks": {name: {"runs": [round(t, 3) for t in times], **summary(times)}
                            for name, times in results.items()}}
     path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+class Lab:
+    """A benchmark's own lab (tools/lab) on subnets 10.213.<first_index + n - 1>.0/24, and its scene's port."""
+
+    def __init__(self, name: str, first_index: int, port: int = 8000) -> None:
+        """Name the lab, its first subnet index and the scene port its probes ask."""
+        self.name, self.first_index, self.port = name, first_index, port
+        self.env = {**os.environ, "VFL_LAB": name, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+                    "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.memory"}
+
+    def tool(self, command: str, *args: str) -> list[str]:
+        """Return the argv of a `tools/lab` command on this lab."""
+        return [str(REPO / "tools" / "lab"), command, "--lab", self.name, *args]
+
+    def playbook(self, playbook_path: str, limit: str = "gpu_hosts", *extra: str) -> list[str]:
+        """Return the argv of an ansible-playbook run on this lab."""
+        return [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "inventory/lab", "-l", limit, playbook_path, *extra]
+
+    def address(self, n: int) -> str:
+        """Return the address of host n."""
+        return f"10.213.{self.first_index + n - 1}.2"
+
+    def on_host(self, n: int, command: str) -> str:
+        """Run a shell command on host n as root over SSH and return its output."""
+        keys = f"/var/lib/vllm-fleet-lab/labs/{self.name}"
+        argv = ["ssh", "-i", f"{keys}/id_ed25519", "-o", f"UserKnownHostsFile={keys}/known_hosts",
+                "-o", "StrictHostKeyChecking=yes", f"root@{self.address(n)}", command]
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+    def healthy_after(self, n: int, started: float, timeout: float = 900) -> float:
+        """Poll the scene's /health on host n until 200; return seconds since `started` (time.monotonic)."""
+        while time.monotonic() - started < timeout:
+            try:
+                with urllib.request.urlopen(f"http://{self.address(n)}:{self.port}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return time.monotonic() - started
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        raise BenchError(f"the scene on port {self.port} of host {n} is not healthy within {timeout:.0f}s")
+
+    def restart_time(self, n: int, unit: str) -> float:
+        """Restart a scene's unit on host n (its compile caches as they are); return seconds until it is healthy."""
+        # The unit allows 5 starts in 10 minutes (a crash-loop guard); a benchmark restarting on purpose resets the count.
+        self.on_host(n, f"systemctl reset-failed {unit}")
+        started = time.monotonic()
+        self.on_host(n, f"systemctl restart {unit}")
+        return self.healthy_after(n, started)
+
+    def exists(self) -> bool:
+        """Return whether this lab has hosts up."""
+        return bool(json.loads(subprocess.run(self.tool("status"), capture_output=True, text=True, check=True).stdout))

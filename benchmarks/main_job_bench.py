@@ -4,73 +4,25 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 
-from benchlib import REPO, BenchError, Results, markdown_table, record, timed, write_json
+from benchlib import REPO, BenchError, Lab, Results, markdown_table, record, timed, write_json
 
-LAB_TOOL = str(REPO / "tools" / "lab")
 BIN = REPO / ".venv" / "bin"
-LAB = "mjob"
-FIRST_INDEX = 241  # lab indexes 241..244: far from `make lab-up`, molecule and lab_bench
-ENV = {**os.environ, "VFL_LAB": LAB, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-       "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.memory"}
-SCENE, PORT = "realtime", 8000
+LAB = Lab("mjob", 241)  # lab indexes 241..244: far from `make lab-up`, molecule and the other benchmarks
+ENV = LAB.env
+SCENE = "realtime"
 PARTS = ["fresh", "rerun", "restart", "install"]
-
-
-def lab(command: str, *args: str) -> list[str]:
-    """Return the argv of a `tools/lab` command on the benchmark's lab."""
-    return [LAB_TOOL, command, "--lab", LAB, *args]
-
-
-def playbook(playbook_path: str, limit: str = "gpu_hosts", *extra: str) -> list[str]:
-    """Return the argv of an ansible-playbook run on the benchmark's lab."""
-    return [str(BIN / "ansible-playbook"), "-i", "inventory/lab", "-l", limit, playbook_path, *extra]
-
-
-def address(n: int) -> str:
-    """Return the lab address of host n of the benchmark's lab."""
-    return f"10.213.{FIRST_INDEX + n - 1}.2"
-
-
-def on_host(n: int, command: str) -> str:
-    """Run a shell command on lab host n as root over SSH and return its output."""
-    key = f"/var/lib/vllm-fleet-lab/labs/{LAB}/id_ed25519"
-    known = f"/var/lib/vllm-fleet-lab/labs/{LAB}/known_hosts"
-    argv = ["ssh", "-i", key, "-o", f"UserKnownHostsFile={known}", "-o", "StrictHostKeyChecking=yes",
-            f"root@{address(n)}", command]
-    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-
-
-def healthy_after(n: int, started: float, timeout: float = 900) -> float:
-    """Poll the scene's /health on host n until 200; return seconds since `started`."""
-    while time.monotonic() - started < timeout:
-        try:
-            with urllib.request.urlopen(f"http://{address(n)}:{PORT}/health", timeout=2) as response:
-                if response.status == 200:
-                    return time.monotonic() - started
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.5)
-    raise BenchError(f"{SCENE} on host {n} not healthy within {timeout:.0f}s")
 
 
 def restart_time(cold: bool) -> float:
     """Restart the scene on host 1, with its compile caches wiped when cold; return seconds to healthy."""
-    cache = f"/var/lib/vllm/cache/{SCENE}"
     if cold:
-        on_host(1, f"systemctl stop vllm-scene-{SCENE} && find {cache} -mindepth 1 -delete")
-    # The unit allows 5 starts in 10 minutes (a crash-loop guard); a benchmark restarting it on purpose resets that count.
-    on_host(1, f"systemctl reset-failed vllm-scene-{SCENE}")
-    started = time.monotonic()
-    on_host(1, f"systemctl restart vllm-scene-{SCENE}")
-    return healthy_after(1, started)
+        LAB.on_host(1, f"systemctl stop vllm-scene-{SCENE} && find /var/lib/vllm/cache/{SCENE} -mindepth 1 -delete")
+    return LAB.restart_time(1, f"vllm-scene-{SCENE}")
 
 
 def scene_pss_mib() -> float:
@@ -78,19 +30,19 @@ def scene_pss_mib() -> float:
     script = (f"for p in $(systemctl show -p ControlGroup --value vllm-scene-{SCENE} | "
               "xargs -I{} cat /sys/fs/cgroup/systemd{}/cgroup.procs /sys/fs/cgroup{}/cgroup.procs 2>/dev/null); "
               "do awk '/^Pss:/{print $2}' /proc/$p/smaps_rollup; done")
-    return sum(int(kib) for kib in on_host(1, script).split()) / 1024
+    return sum(int(kib) for kib in LAB.on_host(1, script).split()) / 1024
 
 
 def fresh_main_job(results: Results, runs: int) -> None:
     """Time a fresh lab host (cached root) to a serving scene with site.yml; keep the last one up."""
     for run in range(runs):
-        subprocess.run(lab("down"), capture_output=True, check=False)
+        subprocess.run(LAB.tool("down"), capture_output=True, check=False)
         started = time.monotonic()
-        timed(lab("up", "--hosts", "1", "--first-index", str(FIRST_INDEX)))
-        timed(playbook("site.yml"), ENV)
+        timed(LAB.tool("up", "--hosts", "1", "--first-index", str(LAB.first_index)))
+        timed(LAB.playbook("site.yml"), ENV)
         record(results, "fresh lab host to serving scene (lab up + site.yml)", time.monotonic() - started)
         if run < runs - 1:
-            timed(lab("down"))
+            timed(LAB.tool("down"))
 
 
 def rerun_and_setup(results: Results, runs: int) -> None:
@@ -98,18 +50,18 @@ def rerun_and_setup(results: Results, runs: int) -> None:
     setup = [str(BIN / "ansible"), "-i", "inventory/lab", "gpu_hosts", "-m", "ansible.builtin.setup"]
     for _ in range(runs):
         record(results, "idempotent site.yml re-run without verify, 1 host",
-               timed(playbook("site.yml", "gpu_hosts", "--skip-tags", "verify"), ENV))
+               timed(LAB.playbook("site.yml", "gpu_hosts", "--skip-tags", "verify"), ENV))
         record(results, "ansible -m setup, same host", timed(setup, ENV))
 
 
 def install_scaling(results: Results, runs: int) -> None:
     """Time the vLLM install on 1 fresh host and then on 3 fresh hosts at once (same wheelhouse)."""
     for _ in range(runs):
-        subprocess.run(lab("down"), capture_output=True, check=False)
-        timed(lab("up", "--hosts", "4", "--first-index", str(FIRST_INDEX)))
-        record(results, "vLLM install, 1 host", timed(playbook("playbooks/vllm.yml", f"{LAB}1"), ENV))
+        subprocess.run(LAB.tool("down"), capture_output=True, check=False)
+        timed(LAB.tool("up", "--hosts", "4", "--first-index", str(LAB.first_index)))
+        record(results, "vLLM install, 1 host", timed(LAB.playbook("playbooks/vllm.yml", f"{LAB.name}1"), ENV))
         record(results, "vLLM install, 3 hosts at once",
-               timed(playbook("playbooks/vllm.yml", f"{LAB}2,{LAB}3,{LAB}4"), ENV))
+               timed(LAB.playbook("playbooks/vllm.yml", f"{LAB.name}2,{LAB.name}3,{LAB.name}4"), ENV))
 
 
 def main() -> int:
@@ -123,8 +75,8 @@ def main() -> int:
     if os.geteuid() != 0:
         print("main_job_bench: needs root (it starts lab hosts)", file=sys.stderr)
         return 1
-    if json.loads(subprocess.run(lab("status"), capture_output=True, text=True, check=True).stdout):
-        print(f"main_job_bench: lab {LAB!r} exists: run `tools/lab down --lab {LAB}` first", file=sys.stderr)
+    if LAB.exists():
+        print(f"main_job_bench: lab {LAB.name!r} exists: run `tools/lab down --lab {LAB.name}` first", file=sys.stderr)
         return 1
     results: Results = {}
     memory: list[float] = []
@@ -143,7 +95,7 @@ def main() -> int:
         print(f"main_job_bench: {error}", file=sys.stderr)
         return 1
     finally:
-        subprocess.run(lab("down"), capture_output=True, check=False)
+        subprocess.run(LAB.tool("down"), capture_output=True, check=False)
         if args.json and results:
             write_json(REPO / args.json, results)
     print(markdown_table(results))

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Time rollouts on a three-host lab: a config change to one host, the same kind of change to all three (canary, then
+a batch of two), and the restore of a canary whose change fails at start-up against a warm restart of its scene."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+from benchlib import REPO, BenchError, Lab, Results, markdown_table, record, summary, timed, write_json
+
+LAB = Lab("mrlb", 245)  # lab indexes 245..247: far from `make lab-up`, molecule and the other benchmarks
+UNIT = "vllm-scene-realtime.service"
+# The rollout scenario's light verification (three CPU vLLM servers share the machine) and its failing change.
+LIGHT_VERIFY = REPO / "molecule" / "rollout" / "group_vars" / "all.yml"
+FAILS_AT_START = REPO / "molecule" / "rollout" / "changes" / "fails-at-start.yml"
+ROLLOUT = "playbooks/rollout.yml"
+SINGLE, FLEET = "config rollout, 1 host", "config rollout, 3 hosts (canary + batch of 2)"
+RESTORE, WARM = "restore of the failed canary (files back, restart, healthy)", "warm restart of its scene"
+
+
+def change(max_num_seqs: int) -> Path:
+    """Write an extra-vars file that changes the realtime scene's max_num_seqs; return its path."""
+    scenes = {"vllm_scenes_list": [{"name": "realtime", "host": "0.0.0.0", "api_key_var": "vault_lab_realtime_api_key",
+                                    "engine_args": {"max_num_seqs": max_num_seqs}}]}
+    handle, path = tempfile.mkstemp(prefix="rollout-bench-", suffix=".json")
+    os.write(handle, json.dumps(scenes).encode())
+    os.close(handle)
+    return Path(path)
+
+
+def rollout(limit: str, *extra_vars: Path) -> subprocess.CompletedProcess[str]:
+    """Run the rollout on the lab with the light verification and the given extra-vars files (JSON callback)."""
+    extra = [arg for path in (LIGHT_VERIFY, *extra_vars) for arg in ("-e", f"@{path}")]
+    env = {**LAB.env, "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"}
+    return subprocess.run(LAB.playbook(ROLLOUT, limit, *extra), cwd=REPO, env=env, capture_output=True, text=True,
+                          check=False)
+
+
+def timed_rollout(limit: str, max_num_seqs: int) -> float:
+    """Roll out a max_num_seqs change to limit; return its wall time; raise BenchError when it fails."""
+    path = change(max_num_seqs)
+    try:
+        started = time.monotonic()
+        done = rollout(limit, path)
+        seconds = time.monotonic() - started
+    finally:
+        path.unlink()
+    if done.returncode != 0:
+        raise BenchError(f"rollout of max_num_seqs {max_num_seqs} to {limit} failed:\n{done.stdout[-3000:]}")
+    return seconds
+
+
+def task_window(report: dict[str, object], host: str, first: str, last: str) -> float:
+    """Return seconds from the start of task `first` to the end of task `last` on host, in a JSON-callback report."""
+    spans: dict[str, tuple[datetime, datetime]] = {}
+    for play in report["plays"]:  # type: ignore[index]
+        for task in play["tasks"]:
+            if host in task["hosts"] and task["task"]["name"] in (first, last):
+                duration = task["task"]["duration"]
+                spans[task["task"]["name"]] = (datetime.fromisoformat(duration["start"].replace("Z", "+00:00")),
+                                               datetime.fromisoformat(duration["end"].replace("Z", "+00:00")))
+    if first not in spans or last not in spans:
+        raise BenchError(f"the rollout report has no tasks {first!r} and {last!r} for {host}")
+    return (spans[last][1] - spans[first][0]).total_seconds()
+
+
+def restore_time() -> float:
+    """Roll out the change that fails at start-up; return the canary's restore time (restore until healthy)."""
+    done = rollout("gpu_hosts", FAILS_AT_START)
+    if done.returncode == 0 or "rollout failed at step scenes" not in done.stdout:
+        raise BenchError(f"the failing change did not fail on the canary as expected:\n{done.stdout[-3000:]}")
+    report = json.loads(done.stdout[done.stdout.index("{"):])
+    return task_window(report, f"{LAB.name}1", "Restore the snapshot", "Wait until the restored scenes answer")
+
+
+def main() -> int:
+    """Run the rollout benchmarks on their own lab, always take it down, and print the Markdown table."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=3, help="runs of each benchmark (default 3)")
+    parser.add_argument("--json", metavar="FILE", help="also write raw timings and medians to FILE")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("rollout_bench: needs root (it starts lab hosts)", file=sys.stderr)
+        return 1
+    if LAB.exists():
+        print(f"rollout_bench: lab {LAB.name!r} exists: run `tools/lab down --lab {LAB.name}` first", file=sys.stderr)
+        return 1
+    results: Results = {}
+    try:
+        timed(LAB.tool("up", "--hosts", "3", "--first-index", str(LAB.first_index)))
+        timed(LAB.playbook("site.yml", "gpu_hosts", "-e", f"@{LIGHT_VERIFY}"), LAB.env)
+        for run in range(args.runs):
+            # Each value differs from the one before on every host, so every rollout restarts what it covers.
+            record(results, SINGLE, timed_rollout(f"{LAB.name}1", 10 + 4 * run))
+            record(results, FLEET, timed_rollout("gpu_hosts", 12 + 4 * run))
+            record(results, RESTORE, restore_time())
+            record(results, WARM, LAB.restart_time(1, UNIT))
+    except (BenchError, subprocess.CalledProcessError) as error:
+        print(f"rollout_bench: {error}", file=sys.stderr)
+        return 1
+    finally:
+        subprocess.run(LAB.tool("down"), capture_output=True, check=False)
+        if args.json and results:
+            write_json(REPO / args.json, results)
+    print(markdown_table(results))
+    if len(results) == 4:
+        fleet, restore = (summary(results[FLEET])["median"] / summary(results[SINGLE])["median"],
+                          summary(results[RESTORE])["median"] / summary(results[WARM])["median"])
+        print(f"\n3-host rollout / 1-host rollout: {fleet:.2f}x (target <= 2.2x); "
+              f"restore / warm restart: {restore:.2f}x (target <= 1.5x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
