@@ -52,6 +52,7 @@ test: lint syntax unit molecule  ## everything CI runs
 bench: setup lab-model  ## timings (medians over several runs), see docs/benchmarks.md
 	$(BIN)/python benchmarks/lab_bench.py
 	$(BIN)/python benchmarks/main_job_bench.py
+	$(BIN)/python benchmarks/rollout_bench.py
 
 clean: lab-down
 	rm -rf .cache

@@ -172,3 +172,21 @@ def test_client_settings_reference_the_key_without_holding_it(host: testinfra.ho
         assert settings["api_key_vault_var"] == f"vault_lab_{scene}_api_key"
         assert {"max_tokens", "temperature", "timeout"} <= set(settings)
         assert api_key(host, scene) not in json.dumps(settings)
+
+
+def test_deployed_state_fact_records_what_runs_without_secrets(host: testinfra.host.Host) -> None:
+    """The local fact names the active release, the model and each scene's file digests and definition, no secret."""
+    fact_file = host.file("/etc/ansible/facts.d/vllm_fleet.fact")
+    assert fact_file.user == "root" and fact_file.mode == 0o644
+    fact = json.loads(fact_file.content_string)
+    assert fact["release"]["path"] == host.check_output("readlink /opt/vllm/current")
+    assert fact["release"]["version"].startswith("0.32.0") and fact["release"]["flavour"] == "cpu"
+    assert fact["models"]["tiny-qwen2-awq"]["source"] == "http"
+    assert set(fact["scenes"]) == set(scenes_of(host))
+    for scene, state in fact["scenes"].items():
+        assert state["config_sha256"] == host.check_output(f"sha256sum /etc/vllm/scenes/{scene}.yaml").split()[0]
+        unit = f"/etc/systemd/system/vllm-scene-{scene}.service"
+        assert state["unit_sha256"] == host.check_output(f"sha256sum {unit}").split()[0]
+        assert state["definition"]["port"] == scenes_of(host)[scene]
+        assert api_key(host, scene) not in fact_file.content_string
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", fact["deployed_at"])
