@@ -19,7 +19,7 @@ from benchlib import REPO, BenchError, Lab, Results, markdown_table, record, sum
 LAB = Lab("mrlb", 245)  # lab indexes 245..247: far from `make lab-up`, molecule and the other benchmarks
 UNIT = "vllm-scene-realtime.service"
 # The rollout scenario's light verification (three CPU vLLM servers share the machine) and its failing change.
-LIGHT_VERIFY = REPO / "molecule" / "rollout" / "group_vars" / "all.yml"
+LIGHT_VERIFY = REPO / "molecule" / "rollout" / "group_vars" / "all" / "verify.yml"
 FAILS_AT_START = REPO / "molecule" / "rollout" / "changes" / "fails-at-start.yml"
 ROLLOUT = "playbooks/rollout.yml"
 SINGLE, FLEET = "config rollout, 1 host", "config rollout, 3 hosts (canary + batch of 2)"

@@ -27,6 +27,7 @@ UNIT = "vllm-scene-realtime.service"
 CONFIG = "/etc/vllm/scenes/realtime.yaml"
 STAGED = "/etc/vllm/scenes/.validated/realtime.yaml"
 FACT = "/etc/ansible/facts.d/vllm_fleet.fact"
+HOOKS_LOG = "/var/log/vllm-fleet-hooks.log"  # the scenario's drain hooks (hooks/) log each call there
 
 
 @functools.cache
@@ -42,7 +43,8 @@ def scene_state(name: str) -> dict[str, str]:
     return {**dict(line.split("=", 1) for line in show.splitlines()),
             "config": host.check_output(f"sha256sum {CONFIG}").split()[0],
             "staged": host.check_output(f"sha256sum {STAGED}").split()[0],
-            "fact": host.file(FACT).content_string}
+            "fact": host.file(FACT).content_string,
+            "hooks": host.run(f"cat {HOOKS_LOG}").stdout}
 
 
 @functools.cache
@@ -52,6 +54,11 @@ def rollout(change: str) -> tuple[dict[str, dict[str, str]], subprocess.Complete
     result = run_playbook(SCENARIO, LAB, "gpu_hosts", "../../playbooks/rollout.yml",
                           "-e", f"@{SCENARIO}/changes/{change}.yml")
     return before, result, {name: scene_state(name) for name in HOSTS}
+
+
+def new_hook_calls(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """Return the drain/undrain calls a rollout logged on a host, in order."""
+    return [line.split()[0] for line in after["hooks"][len(before["hooks"]):].splitlines()]
 
 
 def health(name: str) -> str:
@@ -86,6 +93,7 @@ def test_failure_at_start_up_restores_the_canary_and_spares_the_rest(host: testi
         assert {key: after[name][key] for key in ("config", "fact", "ActiveState")} == {
             key: before[name][key] for key in ("config", "fact", "ActiveState")}
         assert health(name) == "200"
+        assert new_hook_calls(before[name], after[name]) == ["drain", "undrain"]  # back in service once verified
     else:
         assert after[name] == before[name]  # the same process, files and fact: never touched
 
@@ -101,5 +109,6 @@ def test_good_change_reaches_every_host_canary_first(host: testinfra.host.Host) 
     assert fact["scenes"]["realtime"]["config_sha256"] == after[name]["config"]
     assert fact["scenes"]["realtime"]["definition"]["engine_args"]["max-num-seqs"] == 8
     assert fact["deployed_at"] != json.loads(before[name]["fact"])["deployed_at"]
+    assert new_hook_calls(before[name], after[name]) == ["drain", "undrain"]
     deployed = {other: json.loads(state["fact"])["deployed_at"] for other, state in after.items()}
     assert all(deployed[CANARY] < deployed[other] for other in HOSTS[1:]), deployed
