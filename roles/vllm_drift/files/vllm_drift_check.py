@@ -167,8 +167,10 @@ def main(argv: Sequence[str]) -> int:
         "ANSIBLE_CALLBACK_PLUGINS": str(config["callback_dir"]),
         "ANSIBLE_CALLBACKS_ENABLED": CALLBACK,
         "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_NO_TARGET_SYSLOG": "1",  # modules would log each invocation to the journal: keep it to one line
         "ANSIBLE_RETRY_FILES_ENABLED": "0",
         "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",  # ansible-pull's own lines in order with its children's in the log
         "VLLM_DRIFT_REPORT": str(report_path),
     }
     started = time.monotonic()
