@@ -11,7 +11,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 
 from benchlib import REPO, BenchError, Lab, Results, markdown_table, record, summary, timed, write_json
@@ -36,10 +35,11 @@ def change(max_num_seqs: int) -> Path:
     return Path(path)
 
 
-def rollout(limit: str, *extra_vars: Path) -> subprocess.CompletedProcess[str]:
-    """Run the rollout on the lab with the light verification and the given extra-vars files (JSON callback)."""
+def rollout(limit: str, *extra_vars: Path, times: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the rollout on the lab with the light verification and the given extra-vars files; task times to `times`."""
     extra = [arg for path in (LIGHT_VERIFY, *extra_vars) for arg in ("-e", f"@{path}")]
-    env = {**LAB.env, "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json"}
+    env = {**LAB.env, "ANSIBLE_CALLBACK_PLUGINS": str(REPO / "benchmarks" / "callback_plugins"),
+           "ANSIBLE_CALLBACKS_ENABLED": "task_times", "VFL_TASK_TIMES": str(times or "")}
     return subprocess.run(LAB.playbook(ROLLOUT, limit, *extra), cwd=REPO, env=env, capture_output=True, text=True,
                           check=False)
 
@@ -58,27 +58,24 @@ def timed_rollout(limit: str, max_num_seqs: int) -> float:
     return seconds
 
 
-def task_window(report: dict[str, object], host: str, first: str, last: str) -> float:
-    """Return seconds from the start of task `first` to the end of task `last` on host, in a JSON-callback report."""
-    spans: dict[str, tuple[datetime, datetime]] = {}
-    for play in report["plays"]:  # type: ignore[index]
-        for task in play["tasks"]:
-            if host in task["hosts"] and task["task"]["name"] in (first, last):
-                duration = task["task"]["duration"]
-                spans[task["task"]["name"]] = (datetime.fromisoformat(duration["start"].replace("Z", "+00:00")),
-                                               datetime.fromisoformat(duration["end"].replace("Z", "+00:00")))
-    if first not in spans or last not in spans:
-        raise BenchError(f"the rollout report has no tasks {first!r} and {last!r} for {host}")
-    return (spans[last][1] - spans[first][0]).total_seconds()
+def task_window(times: list[dict[str, object]], host: str, first: str, last: str) -> float:
+    """Return seconds from the start of task `first` to the end of task `last` on host (task_times callback)."""
+    # A role's task is named "<role> : <task>".
+    starts = [t["start"] for t in times if t["host"] == host and str(t["task"]).endswith(first)]
+    ends = [t["end"] for t in times if t["host"] == host and str(t["task"]).endswith(last)]
+    if not starts or not ends:
+        raise BenchError(f"the rollout ran no tasks {first!r} and {last!r} on {host}")
+    return float(ends[-1]) - float(starts[0])  # type: ignore[arg-type]
 
 
 def restore_time() -> float:
     """Roll out the change that fails at start-up; return the canary's restore time (restore until healthy)."""
-    done = rollout("gpu_hosts", FAILS_AT_START)
-    if done.returncode == 0 or "rollout failed at step scenes" not in done.stdout:
-        raise BenchError(f"the failing change did not fail on the canary as expected:\n{done.stdout[-3000:]}")
-    report = json.loads(done.stdout[done.stdout.index("{"):])
-    return task_window(report, f"{LAB.name}1", "Restore the snapshot", "Wait until the restored scenes answer")
+    with tempfile.NamedTemporaryFile(suffix=".json") as times:
+        done = rollout("gpu_hosts", FAILS_AT_START, times=Path(times.name))
+        if done.returncode == 0 or "rollout failed at step scenes" not in done.stdout:
+            raise BenchError(f"the failing change did not fail on the canary as expected:\n{done.stdout[-3000:]}")
+        return task_window(json.loads(Path(times.name).read_text()), f"{LAB.name}1", "Restore the snapshot",
+                           "Wait until the restored scenes answer")
 
 
 def main() -> int:
