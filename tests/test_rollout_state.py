@@ -164,3 +164,11 @@ def test_module_refuses_a_restore_without_snapshot(host_root: Path) -> None:
     """Restore with no snapshot fails and says why."""
     result = run_module("restore", host_root)
     assert result.get("failed") and "no snapshot" in str(result["msg"])
+
+
+def test_failed_restore_message_gives_both_reasons() -> None:
+    """A host whose restore fails too is reported with the step's reason and the restore's."""
+    message = rollout.restore_failure_message("lab1", "scenes", "Wait", {"msg": "ValueError: max_model_len"},
+                                              "Restore the snapshot", {"msg": "the recorded release is gone"})
+    assert "step scenes (task 'Wait'): ValueError: max_model_len;" in message
+    assert "(task 'Restore the snapshot'): the recorded release is gone." in message and "needs a person" in message

@@ -43,3 +43,11 @@ def failure_message(host: str, step: str, task: str, result: dict[str, Any] | No
         back = "Nothing was changed or restarted."
     return (f"{host}: rollout failed at step {step} (task '{task}'): {failure_reason(result)}. {back} "
             "The rollout stops here: hosts of later batches were not touched.")
+
+
+def restore_failure_message(host: str, step: str, task: str, result: dict[str, Any] | None, restore_task: str,
+                            restore_result: dict[str, Any] | None) -> str:
+    """Return the message of a host whose rollout step failed and whose restore failed too: both reasons."""
+    return (f"{host}: rollout failed at step {step} (task '{task}'): {failure_reason(result)}; and restoring the "
+            f"recorded state failed too (task '{restore_task}'): {failure_reason(restore_result)}. The host needs a "
+            "person. The rollout stops here: hosts of later batches were not touched.")

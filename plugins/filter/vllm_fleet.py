@@ -65,4 +65,5 @@ class FilterModule:
             "vllm_fleet_state_scenes": rollout.state_scenes,
             "vllm_fleet_restored_scenes": rollout.restored_scenes,
             "vllm_fleet_rollout_failure": rollout.failure_message,
+            "vllm_fleet_rollout_restore_failure": rollout.restore_failure_message,
         }
