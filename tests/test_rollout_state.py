@@ -155,7 +155,7 @@ def test_module_snapshot_then_restore_puts_the_host_back(host_root: Path) -> Non
     assert (host_root / "etc" / "realtime.yaml").read_text() == "max-num-seqs: 16\n"
     assert not (host_root / "etc" / "batch.yaml").exists()
     assert os.readlink(host_root / "current") == str(host_root / "releases" / "r1")
-    assert json.loads((host_root / "facts" / "vllm_fleet.fact").read_text()) == {"deployed_at": "then"}
+    assert (host_root / "facts" / "vllm_fleet.fact").read_text() == json.dumps({"deployed_at": "then"})  # byte for byte
     assert oct((host_root / "etc" / "realtime.env").stat().st_mode & 0o777) == "0o640"
     assert run_module("restore", host_root)["changed"] is False
 

@@ -122,6 +122,7 @@ from ansible.module_utils.vllm_fleet_deployment import Layout, digests, plan_res
 
 MODEL_MARKER = ".vllm-fleet-model.json"
 RELEASE_MARKER = ".vllm-fleet-release.json"
+FACT_COPY = "deployed-state.fact"  # the fact as it was, byte for byte
 
 
 def read_link(link: Path) -> str | None:
@@ -185,13 +186,15 @@ def snapshot_manifest(layout: Layout, files: dict[str, str], sums: dict[str, str
             "files": {path: {"scene": scene, "sha256": sums[path]} for path, scene in files.items()}}
 
 
-def take_snapshot(files: dict[str, str], manifest: dict[str, Any], where: Path) -> None:
-    """Write the snapshot: the scene files with their owners and modes, and its manifest."""
+def take_snapshot(files: dict[str, str], manifest: dict[str, Any], where: Path, fact_path: Path) -> None:
+    """Write the snapshot: the scene files and the fact as they are (owners and modes too), and its manifest."""
     staging = where.with_name(f".{where.name}.new")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(mode=0o700, parents=True)
     for path in files:
         copy_with_owner(Path(path), staging / snapshot_name(path))
+    if fact_path.is_file():
+        copy_with_owner(fact_path, staging / FACT_COPY)
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
     shutil.rmtree(where, ignore_errors=True)
     os.replace(staging, where)
@@ -209,7 +212,9 @@ def restore(module: AnsibleModule, layout: Layout, files: dict[str, str], sums: 
     if manifest["release"] and not Path(manifest["release"]).is_dir():
         module.fail_json(msg=f"the recorded release {manifest['release']} is gone from the host; install it again "
                              "(vllm_version) or raise vllm_releases_keep")
-    changed = bool(plan.write or plan.delete or plan.relink)
+    fact_copy = where / FACT_COPY
+    fact_back = fact_copy.is_file() and (not fact_path.is_file() or fact_copy.read_bytes() != fact_path.read_bytes())
+    changed = bool(plan.write or plan.delete or plan.relink or fact_back)
     if changed and not module.check_mode:
         if module.params["systemd"]:
             for scene in plan.remove_scenes:
@@ -220,9 +225,8 @@ def restore(module: AnsibleModule, layout: Layout, files: dict[str, str], sums: 
             copy_with_owner(where / snapshot_name(path), Path(path))
         if plan.relink:
             relink(layout.release_link, manifest["release"])
-        if manifest.get("fact") is not None:
-            fact_path.parent.mkdir(parents=True, exist_ok=True)
-            fact_path.write_text(json.dumps(manifest["fact"], indent=2, sort_keys=True) + "\n")
+        if fact_back:
+            copy_with_owner(fact_copy, fact_path)
         if module.params["systemd"]:
             module.run_command(["systemctl", "daemon-reload"], check_rc=True)
     return {"changed": changed, "release": manifest["release"], "restart": plan.restart, "removed": plan.remove_scenes,
@@ -259,7 +263,7 @@ def main() -> None:
         manifest = snapshot_manifest(layout, files, sums, fact_path)
         result["changed"] = read_json(where / "manifest.json") != manifest
         if result["changed"] and not module.check_mode:
-            take_snapshot(files, manifest, where)
+            take_snapshot(files, manifest, where, fact_path)
     elif params["state"] == "restore":
         result.update(restore(module, layout, files, sums, where, fact_path))
     module.exit_json(**result)
