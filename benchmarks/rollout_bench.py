@@ -78,11 +78,33 @@ def restore_time() -> float:
                            "Wait until the restored scenes answer")
 
 
+def pin_hosts() -> None:
+    """Give each lab host one CPU of its own where there are enough (host n -> CPU (n-1) mod CPUs), every process of
+    its container included; the processes it starts later inherit the pin."""
+    hosts = json.loads(subprocess.run(LAB.tool("status"), capture_output=True, text=True, check=True).stdout)
+    children: dict[int, list[int]] = {}
+    table = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True, check=True).stdout
+    for line in table.splitlines():
+        pid, ppid = map(int, line.split())
+        children.setdefault(ppid, []).append(pid)
+    for n, host in enumerate(sorted(hosts, key=lambda h: h["name"])):
+        tree, pending = [], [host["pid"]]
+        while pending:
+            pid = pending.pop()
+            tree.append(pid)
+            pending.extend(children.get(pid, []))
+        for pid in tree:
+            subprocess.run(["taskset", "-a", "-p", "-c", str(n % (os.cpu_count() or 1)), str(pid)], capture_output=True,
+                           check=False)  # a process that ended meanwhile needs no pin
+
+
 def main() -> int:
     """Run the rollout benchmarks on their own lab, always take it down, and print the Markdown table."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=3, help="runs of each benchmark (default 3)")
     parser.add_argument("--json", metavar="FILE", help="also write raw timings and medians to FILE")
+    parser.add_argument("--pin-hosts", action="store_true",
+                        help="a diagnostic: one CPU per lab host, as separate machines have their own (docs/benchmarks.md)")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("rollout_bench: needs root (it starts lab hosts)", file=sys.stderr)
@@ -93,6 +115,8 @@ def main() -> int:
     results: Results = {}
     try:
         timed(LAB.tool("up", "--hosts", "3", "--first-index", str(LAB.first_index)))
+        if args.pin_hosts:
+            pin_hosts()
         timed(LAB.playbook("site.yml", "gpu_hosts", "-e", f"@{LIGHT_VERIFY}"), LAB.env)
         for run in range(args.runs):
             # Each value differs from the one before on every host, so every rollout restarts what it covers.
