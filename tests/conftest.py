@@ -10,10 +10,16 @@ sys.path.insert(0, str(REPO / "tools"))
 FILTER_PLUGIN = REPO / "plugins" / "filter" / "vllm_fleet.py"
 
 
-def filter_plugin() -> ModuleType:
-    """Import the filter plugin as a file, not as a package, the way Ansible loads it."""
-    spec = importlib.util.spec_from_file_location("vllm_fleet_filters", FILTER_PLUGIN)
+def load_as(name: str, path: Path) -> ModuleType:
+    """Import a file under the module name Ansible gives it (e.g. ansible.module_utils.<file> on a managed host)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def filter_plugin() -> ModuleType:
+    """Import the filter plugin as a file, not as a package, the way Ansible loads it."""
+    return load_as("vllm_fleet_filters", FILTER_PLUGIN)

@@ -2,37 +2,24 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 import yaml
 from ansible.module_utils.testing import patch_module_args
 
-from conftest import REPO
+from conftest import REPO, load_as
 
 DATA = REPO / "tests" / "data" / "nvidia"
 NOWHERE = "/nonexistent/vllm-fleet-test"
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    """Import a file under the name Ansible gives it on the managed host."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gpu = _load("ansible.module_utils.vllm_fleet_gpu", REPO / "plugins" / "module_utils" / "vllm_fleet_gpu.py")
-facts_module = _load("vllm_fleet_gpu_facts", REPO / "plugins" / "modules" / "vllm_fleet_gpu_facts.py")
+gpu = load_as("ansible.module_utils.vllm_fleet_gpu", REPO / "plugins" / "module_utils" / "vllm_fleet_gpu.py")
+facts_module = load_as("vllm_fleet_gpu_facts", REPO / "plugins" / "modules" / "vllm_fleet_gpu_facts.py")
 
 
 def data(name: str) -> str:

@@ -10,12 +10,15 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
+from conftest import REPO, load_as
+
 sys.path.insert(0, str(REPO / "lib"))
 
 from vllm_fleet import rollout, scenes  # noqa: E402
-from vllm_fleet_deployment import Layout, plan_restore  # noqa: E402
+
+deployment = load_as("ansible.module_utils.vllm_fleet_deployment",
+                     REPO / "plugins" / "module_utils" / "vllm_fleet_deployment.py")
+Layout, plan_restore = deployment.Layout, deployment.plan_restore
 
 SCENE_OF = {"/c/realtime.yaml": "realtime", "/c/realtime.env": "realtime", "/u/vllm-scene-realtime.service": "realtime",
             "/c/batch.yaml": "batch", "/c/new.yaml": "new"}

@@ -3,33 +3,19 @@
 from __future__ import annotations
 
 import http.server
-import importlib.util
 import json
 import socket
-import sys
 import threading
-from pathlib import Path
-from types import ModuleType
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from conftest import REPO
+from conftest import REPO, load_as
 
 
-def _load(name: str, path: Path) -> ModuleType:
-    """Import a file under the name Ansible gives it on the managed host."""
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ready = _load("ansible.module_utils.vllm_fleet_ready", REPO / "plugins" / "module_utils" / "vllm_fleet_ready.py")
-ready_module = _load("vllm_fleet_scene_ready", REPO / "plugins" / "modules" / "vllm_fleet_scene_ready.py")
+ready = load_as("ansible.module_utils.vllm_fleet_ready", REPO / "plugins" / "module_utils" / "vllm_fleet_ready.py")
+ready_module = load_as("vllm_fleet_scene_ready", REPO / "plugins" / "modules" / "vllm_fleet_scene_ready.py")
 
 UNIT = "vllm-scene-chat.service"
 FIRST_RUN = "4f1c0ddc2b6a4f0e9b0a4d7cbe0f7c11"
