@@ -117,3 +117,11 @@ class Lab:
     def exists(self) -> bool:
         """Return whether this lab has hosts up."""
         return bool(json.loads(subprocess.run(self.tool("status"), capture_output=True, text=True, check=True).stdout))
+
+    def cannot_start(self, script: str) -> str:
+        """Return why a benchmark script cannot start its lab (not root, or the lab is up already), or ""."""
+        if os.geteuid() != 0:
+            return f"{script}: needs root (it starts lab hosts)"
+        if self.exists():
+            return f"{script}: lab {self.name!r} exists: run `tools/lab down --lab {self.name}` first"
+        return ""

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import time
@@ -72,11 +71,9 @@ def main() -> int:
     parser.add_argument("--json", metavar="FILE", help="also write raw timings and medians to FILE")
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=PARTS, help="which benchmarks to run (default all)")
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        print("main_job_bench: needs root (it starts lab hosts)", file=sys.stderr)
-        return 1
-    if LAB.exists():
-        print(f"main_job_bench: lab {LAB.name!r} exists: run `tools/lab down --lab {LAB.name}` first", file=sys.stderr)
+    refusal = LAB.cannot_start("main_job_bench")
+    if refusal:
+        print(refusal, file=sys.stderr)
         return 1
     results: Results = {}
     memory: list[float] = []

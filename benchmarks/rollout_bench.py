@@ -106,11 +106,9 @@ def main() -> int:
     parser.add_argument("--pin-hosts", action="store_true",
                         help="a diagnostic: one CPU per lab host, as separate machines have their own (docs/benchmarks.md)")
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        print("rollout_bench: needs root (it starts lab hosts)", file=sys.stderr)
-        return 1
-    if LAB.exists():
-        print(f"rollout_bench: lab {LAB.name!r} exists: run `tools/lab down --lab {LAB.name}` first", file=sys.stderr)
+    refusal = LAB.cannot_start("rollout_bench")
+    if refusal:
+        print(refusal, file=sys.stderr)
         return 1
     results: Results = {}
     try:
