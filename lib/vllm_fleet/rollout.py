@@ -31,18 +31,20 @@ def failure_reason(result: dict[str, Any] | None) -> str:
 
 def failure_message(host: str, step: str, task: str, result: dict[str, Any] | None, restore: dict[str, Any]) -> str:
     """Return the message a host's failed rollout ends with: which host, which step and task, why, what was restored."""
+    return (f"{host}: rollout failed at step {step} (task '{task}'): {failure_reason(result)}. "
+            f"{'Nothing was changed or restarted.' if step == 'validate' else restore_summary(restore)} "
+            "The rollout stops here: hosts of later batches were not touched.")
+
+
+def restore_summary(restore: dict[str, Any]) -> str:
+    """Return what a restore put back, restarted, removed and verified."""
     restarted = ", ".join(restore.get("restart") or []) or "none"
     removed = ", ".join(restore.get("removed") or [])
-    recorded = restore.get("recorded") or []
-    verified = [scene["name"] for scene in restored_scenes(restore.get("fact"), recorded)]
-    back = (f"Restored release {restore.get('release') or '(none recorded)'} and the scene files; restarted: "
+    verified = [scene["name"] for scene in restored_scenes(restore.get("fact"), restore.get("recorded") or [])]
+    return (f"Restored release {restore.get('release') or '(none recorded)'} and the scene files; restarted: "
             f"{restarted}" + (f"; removed the new scenes {removed}" if removed else "") + "; "
             + (f"verified healthy: {', '.join(verified)}." if verified else
                "the restored scenes run but were not verified: no deployed-state fact recorded their definitions."))
-    if step == "validate":
-        back = "Nothing was changed or restarted."
-    return (f"{host}: rollout failed at step {step} (task '{task}'): {failure_reason(result)}. {back} "
-            "The rollout stops here: hosts of later batches were not touched.")
 
 
 def restore_failure_message(host: str, step: str, task: str, result: dict[str, Any] | None, restore_task: str,

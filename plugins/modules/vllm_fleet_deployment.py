@@ -138,7 +138,7 @@ def read_json(path: Path) -> dict[str, Any] | None:
         return None
 
 
-def scene_digests(layout: Layout, files: dict[str, str], sums: dict[str, str]) -> dict[str, dict[str, str]]:
+def scene_digests(files: dict[str, str], sums: dict[str, str]) -> dict[str, dict[str, str]]:
     """Return scene -> digests of its config and unit (never of its secret environment)."""
     scenes: dict[str, dict[str, str]] = {}
     for path, scene in files.items():
@@ -160,14 +160,14 @@ def model_markers(model_dir: Path) -> dict[str, dict[str, Any]]:
     return models
 
 
-def copy_with_owner(source: Path, dest: Path, mode: int | None = None) -> None:
+def copy_with_owner(source: Path, dest: Path) -> None:
     """Copy a file atomically, keeping the source's owner, group and mode."""
     info = source.stat()
     handle, temporary = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
     os.close(handle)
     shutil.copyfile(source, temporary)
     os.chown(temporary, info.st_uid, info.st_gid)
-    os.chmod(temporary, mode if mode is not None else info.st_mode & 0o7777)
+    os.chmod(temporary, info.st_mode & 0o7777)
     os.replace(temporary, dest)
 
 
@@ -180,9 +180,10 @@ def relink(link: Path, target: str) -> None:
     os.replace(temporary, link)
 
 
-def snapshot_manifest(layout: Layout, files: dict[str, str], sums: dict[str, str], fact_path: Path) -> dict[str, Any]:
+def snapshot_manifest(release: str | None, fact: dict[str, Any] | None, files: dict[str, str],
+                      sums: dict[str, str]) -> dict[str, Any]:
     """Return the manifest of a snapshot of the host as it is now."""
-    return {"release": read_link(layout.release_link), "fact": read_json(fact_path),
+    return {"release": release, "fact": fact,
             "files": {path: {"scene": scene, "sha256": sums[path]} for path, scene in files.items()}}
 
 
@@ -200,15 +201,15 @@ def take_snapshot(files: dict[str, str], manifest: dict[str, Any], where: Path, 
     os.replace(staging, where)
 
 
-def restore(module: AnsibleModule, layout: Layout, files: dict[str, str], sums: dict[str, str], where: Path,
-            fact_path: Path) -> dict[str, Any]:
+def restore(module: AnsibleModule, layout: Layout, files: dict[str, str], sums: dict[str, str],
+            current_release: str | None, where: Path, fact_path: Path) -> dict[str, Any]:
     """Put the snapshot back and return what changed."""
     manifest = read_json(where / "manifest.json")
     if manifest is None:
         module.fail_json(msg=f"no snapshot at {where}: nothing to restore (the rollout records one before it deploys)")
     recorded = {path: entry["sha256"] for path, entry in manifest["files"].items()}
     scene_of = {**files, **{path: entry["scene"] for path, entry in manifest["files"].items()}}
-    plan = plan_restore(recorded, sums, scene_of, manifest["release"], read_link(layout.release_link))
+    plan = plan_restore(recorded, sums, scene_of, manifest["release"], current_release)
     if manifest["release"] and not Path(manifest["release"]).is_dir():
         module.fail_json(msg=f"the recorded release {manifest['release']} is gone from the host; install it again "
                              "(vllm_version) or raise vllm_releases_keep")
@@ -258,14 +259,14 @@ def main() -> None:
     result: dict[str, Any] = {"changed": False, "release": read_link(layout.release_link),
                               "release_marker": read_json(layout.release_link / RELEASE_MARKER),
                               "models": model_markers(Path(params["model_dir"])),
-                              "scenes": scene_digests(layout, files, sums), "fact": read_json(fact_path)}
+                              "scenes": scene_digests(files, sums), "fact": read_json(fact_path)}
     if params["state"] == "snapshot":
-        manifest = snapshot_manifest(layout, files, sums, fact_path)
+        manifest = snapshot_manifest(result["release"], result["fact"], files, sums)
         result["changed"] = read_json(where / "manifest.json") != manifest
         if result["changed"] and not module.check_mode:
             take_snapshot(files, manifest, where, fact_path)
     elif params["state"] == "restore":
-        result.update(restore(module, layout, files, sums, where, fact_path))
+        result.update(restore(module, layout, files, sums, result["release"], where, fact_path))
     module.exit_json(**result)
 
 
