@@ -38,9 +38,9 @@ def test_current_release_runs_the_pinned_cpu_build(host: testinfra.host.Host) ->
     assert host.check_output(f"{CURRENT}/bin/vllm --version 2>/dev/null").splitlines()[-1] == "0.32.0+cpu"
 
 
-def test_cuda_builds_removed_from_cpu_release(host: testinfra.host.Host) -> None:
-    """torchvision, torchaudio and torchcodec are gone (their CUDA builds break vLLM on CPU)."""
-    for module in ("torchvision", "torchaudio", "torchcodec"):
+def test_cuda_builds_and_triton_removed_from_cpu_release(host: testinfra.host.Host) -> None:
+    """torchvision, torchaudio, torchcodec (CUDA builds that break vLLM on CPU) and Triton (no CPU backend) are gone."""
+    for module in ("torchvision", "torchaudio", "torchcodec", "triton"):
         assert host.run(f"{CURRENT}/bin/python -c 'import {module}'").rc != 0
 
 
