@@ -4,26 +4,18 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from benchlib import REPO, BenchError, Results, markdown_table, record, repeat, timed, write_json
+from benchlib import REPO, BenchError, Lab, Results, markdown_table, record, repeat, timed, write_json
 
 LAB_TOOL = str(REPO / "tools" / "lab")
 ANSIBLE = str(REPO / ".venv" / "bin" / "ansible")
-BENCH_LAB = "bench"
-FIRST_INDEX = 231  # lab indexes 231..233: far from the ones `make lab-up` and molecule use
+LAB = Lab("bench", 231)  # lab indexes 231..233: far from the ones `make lab-up` and molecule use
 FRESH_SSH_ARGS = "-o ControlMaster=no -o ControlPath=none"
-
-
-def lab(command: str, *args: str) -> list[str]:
-    """Return the argv of a `tools/lab` command on the bench lab."""
-    return [LAB_TOOL, command, "--lab", BENCH_LAB, *args]
 
 
 def build_root_fresh() -> float:
@@ -39,14 +31,13 @@ def up_down(results: Results, hosts: int, runs: int) -> None:
     """Time `lab up` of `hosts` bench hosts from a cached root, and the `lab down` after it, `runs` times."""
     for _ in range(runs):
         record(results, f"lab up, {hosts} host(s), cached root",
-               timed(lab("up", "--hosts", str(hosts), "--first-index", str(FIRST_INDEX))))
-        record(results, f"lab down, {hosts} host(s)", timed(lab("down")))
+               timed(LAB.tool("up", "--hosts", str(hosts), "--first-index", str(LAB.first_index))))
+        record(results, f"lab down, {hosts} host(s)", timed(LAB.tool("down")))
 
 
 def ansible_env(control_dir: str, fresh: bool) -> dict[str, str]:
     """Return the environment of an ad hoc ansible run on the bench lab, without the fact cache."""
-    env = {**os.environ, "VFL_LAB": BENCH_LAB, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-           "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.memory", "ANSIBLE_SSH_CONTROL_PATH_DIR": control_dir}
+    env = {**LAB.env, "ANSIBLE_SSH_CONTROL_PATH_DIR": control_dir}
     if fresh:
         env["ANSIBLE_SSH_ARGS"] = FRESH_SSH_ARGS
     return env
@@ -67,12 +58,6 @@ def setup_runs(results: Results, runs: int) -> None:
         shutil.rmtree(control_dir, ignore_errors=True)
 
 
-def bench_lab_exists() -> bool:
-    """Tell whether a lab named `bench` already has hosts, so the benchmark never takes over someone's lab."""
-    status = subprocess.run(lab("status"), cwd=REPO, capture_output=True, text=True, check=True)
-    return bool(json.loads(status.stdout))
-
-
 def parse_args() -> argparse.Namespace:
     """Return the command line options."""
     parser = argparse.ArgumentParser(description=__doc__)
@@ -89,13 +74,9 @@ def parse_args() -> argparse.Namespace:
 def main() -> int:
     """Run every benchmark, always take the bench lab down, and print the Markdown table."""
     args = parse_args()
-    if os.geteuid() != 0:
-        print("lab_bench: needs root (the lab starts nspawn hosts, namespaces and mounts): run it as root or with sudo",
-              file=sys.stderr)
-        return 1
-    if bench_lab_exists():
-        print(f"lab_bench: lab {BENCH_LAB!r} already exists: run `tools/lab down --lab {BENCH_LAB}` first",
-              file=sys.stderr)
+    refusal = LAB.cannot_start("lab_bench")
+    if refusal:
+        print(refusal, file=sys.stderr)
         return 1
     results: Results = {}
     try:
@@ -104,13 +85,13 @@ def main() -> int:
         timed([LAB_TOOL, "build-root", "--distro", "debian12"])  # untimed: make sure the cached root exists
         for hosts in (1, 3):
             up_down(results, hosts, args.runs)
-        timed(lab("up", "--hosts", "3", "--first-index", str(FIRST_INDEX)))
+        timed(LAB.tool("up", "--hosts", "3", "--first-index", str(LAB.first_index)))
         setup_runs(results, args.runs)
     except BenchError as error:
         print(f"lab_bench: {error}", file=sys.stderr)
         return 1
     finally:
-        subprocess.run(lab("down"), cwd=REPO, capture_output=True, check=False)
+        subprocess.run(LAB.tool("down"), cwd=REPO, capture_output=True, check=False)
         if args.json and results:
             write_json(args.json, results)
     print(markdown_table(results))
