@@ -143,7 +143,8 @@ def test_pull_argv() -> None:
     assert drift.pull_argv(config) == [
         "/opt/d/bin/ansible-pull", "--check", "--diff", "--full", "--clean", "--url", "http://h/f.git", "--checkout",
         "abc", "--directory", "/c", "--inventory", "inventory/production", "--limit", "gpu-a", "--extra-vars",
-        "ansible_connection=local", "--vault-password-file=/etc/d/vault-password", "--skip-tags=x", "site.yml"]
+        "ansible_connection=local", "--extra-vars", "vllm_fleet_skip_in_sync=false",
+        "--vault-password-file=/etc/d/vault-password", "--skip-tags=x", "site.yml"]
     assert "--vault-password-file" not in " ".join(drift.pull_argv({**config, "vault_password_file": None}))
 
 

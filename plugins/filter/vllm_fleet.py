@@ -1,5 +1,5 @@
 """Ansible filters over vllm-fleet's pure logic (lib/vllm_fleet): scenes, model weights, capacity plans, hardware
-rules, verification and rollouts."""
+rules, verification, rollouts and in-sync checks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
 
-from vllm_fleet import FleetError, hardware, models, planner, rollout, scenes, verify  # noqa: E402
+from vllm_fleet import FleetError, hardware, in_sync, models, planner, rollout, scenes, verify  # noqa: E402
+
+
+def inputs_digest(host_vars: Any, kit_root: str, controller_paths: list[str]) -> str:
+    """Return the digest of what a converge of the host deploys: its variables, the kit's files under kit_root and
+    the controller files it reads."""
+    files = in_sync.kit_files(Path(kit_root)) + in_sync.controller_files(controller_paths)
+    # HostVarsVars keeps the host's untemplated variables; they stand for those that cannot be templated yet.
+    return in_sync.inputs_digest(host_vars, files, getattr(host_vars, "_vars", None))
 
 
 def _guarded(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -66,4 +74,5 @@ class FilterModule:
             "vllm_fleet_restored_scenes": rollout.restored_scenes,
             "vllm_fleet_rollout_failure": rollout.failure_message,
             "vllm_fleet_rollout_restore_failure": rollout.restore_failure_message,
+            "vllm_fleet_inputs_digest": inputs_digest,
         }

@@ -122,11 +122,12 @@ def summary_line(status: Mapping[str, Any]) -> str:
 
 
 def pull_argv(config: Mapping[str, Any]) -> list[str]:
-    """Return the ansible-pull command line: check mode with diff, a full clone at the pinned ref, local connection."""
+    """Return the ansible-pull command line: check mode with diff, a full clone at the pinned ref, local connection,
+    every task checked (a host in sync with its last converge is not skipped: drift is what the record may miss)."""
     argv = [str(Path(config["venv_dir"]) / "bin" / "ansible-pull"), "--check", "--diff", "--full", "--clean",
             "--url", str(config["repo_url"]), "--checkout", str(config["ref"]), "--directory",
             str(config["checkout_dir"]), "--inventory", str(config["inventory"]), "--limit", str(config["limit"]),
-            "--extra-vars", "ansible_connection=local"]
+            "--extra-vars", "ansible_connection=local", "--extra-vars", "vllm_fleet_skip_in_sync=false"]
     if config.get("vault_password_file"):
         argv.append(f"--vault-password-file={config['vault_password_file']}")
     return [*argv, *[str(arg) for arg in config.get("extra_args") or []], str(config["playbook"])]

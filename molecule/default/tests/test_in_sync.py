@@ -1,0 +1,83 @@
+"""The in-sync skip (docs/in-sync.md): on the converged lab, site.yml skips every host whose last full converge
+matches; a file changed by hand makes that host converge in full again (and be repaired), the other stays skipped."""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import testinfra.host
+
+SCENARIO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(SCENARIO.parents[1] / "molecule" / "shared"))
+
+from playbooks import run_playbook  # noqa: E402
+
+LAB = os.environ.get("VFL_LAB", "mdef")
+DRIFTED_HOST = "mdef2"
+FACT = "/etc/ansible/facts.d/vllm_fleet.fact"  # vllm_state writes it 0644; a mode change restarts nothing
+SKIPPED = "in sync with its last full converge: skipped"
+
+
+def rerun() -> str:
+    """Run site.yml without verification, the in-sync skip on (converge.yml turns it off); return the output."""
+    result = run_playbook(SCENARIO, LAB, "gpu_hosts", "converge.yml", "--skip-tags", "verify",
+                          "-e", "vllm_fleet_skip_in_sync=true")
+    assert result.returncode == 0, result.stdout[-4000:]
+    return result.stdout
+
+
+def recap(output: str, host: str) -> dict[str, int]:
+    """Return the PLAY RECAP counters of host."""
+    line = re.search(rf"^{re.escape(host)}\s+:(.*)$", output, re.M)
+    assert line, output[-3000:]
+    return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", line.group(1))}
+
+
+def ran_role_tasks(output: str, host: str) -> bool:
+    """Tell whether any task of the vllm_scenes role reported a result for host."""
+    blocks = output.split("\nTASK [vllm_scenes : ")[1:]
+    return any(re.search(rf"^(ok|changed|skipping): \[{re.escape(host)}\]", block, re.M) for block in blocks)
+
+
+def drift_by_hand() -> None:
+    """Change the fact's mode on the drifted host behind Ansible's back (as an admin's chmod would)."""
+    inventory = str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent)
+    command = [str(Path(sys.executable).parent / "ansible"), "-i", inventory, DRIFTED_HOST, "-m", "ansible.builtin.command",
+               "-a", f"chmod 0600 {FACT}"]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "VFL_LAB": LAB}, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@functools.cache
+def runs() -> tuple[str, str, str]:
+    """Rerun the converged lab; drift one host's fact mode by hand and rerun; rerun again. Return the outputs."""
+    in_sync = rerun()
+    drift_by_hand()
+    repaired = rerun()
+    return in_sync, repaired, rerun()
+
+
+def test_converged_hosts_are_skipped(host: testinfra.host.Host) -> None:
+    """Right after the scenario's converges, every host is in sync: no converge task runs, nothing changes."""
+    output = runs()[0]
+    name = host.backend.get_hostname()
+    assert SKIPPED in output and recap(output, name)["changed"] == 0, output[-4000:]
+    assert not ran_role_tasks(output, name), output[-4000:]
+
+
+def test_a_file_changed_by_hand_makes_its_host_converge(host: testinfra.host.Host) -> None:
+    """The drifted host converges in full, says why, and gets its file back; the other host is still skipped."""
+    _, repaired, again = runs()
+    name = host.backend.get_hostname()
+    if name == DRIFTED_HOST:
+        assert f"converges: path {FACT} changed" in repaired, repaired[-4000:]
+        assert ran_role_tasks(repaired, name) and recap(repaired, name)["changed"] >= 1
+        assert host.file(FACT).mode == 0o644
+    else:
+        assert not ran_role_tasks(repaired, name) and recap(repaired, name)["changed"] == 0
+    assert not ran_role_tasks(again, name) and recap(again, name)["changed"] == 0  # the repair was recorded
