@@ -45,11 +45,15 @@ def fresh_main_job(results: Results, runs: int) -> None:
 
 
 def rerun_and_setup(results: Results, runs: int) -> None:
-    """Time an idempotent site.yml re-run (verification skipped) and a bare `ansible -m setup` on the same host."""
+    """Time an idempotent site.yml re-run (verification skipped; the host in sync, and every task run) and a bare
+    `ansible -m setup` on the same host."""
     setup = [str(BIN / "ansible"), "-i", "inventory/lab", "gpu_hosts", "-m", "ansible.builtin.setup"]
     for _ in range(runs):
         record(results, "idempotent site.yml re-run without verify, 1 host",
                timed(LAB.playbook("site.yml", "gpu_hosts", "--skip-tags", "verify"), ENV))
+        record(results, "the same re-run with every task (vllm_fleet_skip_in_sync=false)",
+               timed(LAB.playbook("site.yml", "gpu_hosts", "--skip-tags", "verify", "-e", "vllm_fleet_skip_in_sync=false"),
+                     ENV))
         record(results, "ansible -m setup, same host", timed(setup, ENV))
 
 
