@@ -1,5 +1,8 @@
-"""The in-sync skip (docs/in-sync.md): on the converged lab, site.yml skips every host whose last full converge
-matches; a file changed by hand makes that host converge in full again (and be repaired), the other stays skipped."""
+"""The in-sync skip (docs/in-sync.md): after a full converge, site.yml skips every host whose record matches; a file
+changed by hand makes that host converge in full again (and be repaired), the other stays skipped.
+
+Molecule converges with its own --skip-tags (notest, ...), which is not a full converge and records nothing: the
+first run here converges in full (nothing to change) and writes the record."""
 
 from __future__ import annotations
 
@@ -38,6 +41,17 @@ def recap(output: str, host: str) -> dict[str, int]:
     return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", line.group(1))}
 
 
+def changed_tasks(output: str, host: str) -> set[str]:
+    """Return the names of the tasks that reported a change for host."""
+    found, task = set(), ""
+    for line in output.splitlines():
+        header = re.match(r"^(?:TASK|RUNNING HANDLER) \[(.*)\] \*+$", line)
+        task = header.group(1) if header else task
+        if re.match(rf"^changed: \[{re.escape(host)}[] ]", line):
+            found.add(task)
+    return found
+
+
 def ran_role_tasks(output: str, host: str) -> bool:
     """Tell whether any task of the vllm_scenes role reported a result for host."""
     blocks = output.split("\nTASK [vllm_scenes : ")[1:]
@@ -54,17 +68,30 @@ def drift_by_hand() -> None:
 
 
 @functools.cache
-def runs() -> tuple[str, str, str]:
-    """Rerun the converged lab; drift one host's fact mode by hand and rerun; rerun again. Return the outputs."""
+def runs() -> tuple[str, str, str, str]:
+    """Record the converged lab; rerun it; drift one host's fact mode by hand and rerun; rerun again. Return the
+    outputs."""
+    recorded = rerun()
     in_sync = rerun()
     drift_by_hand()
     repaired = rerun()
-    return in_sync, repaired, rerun()
+    return recorded, in_sync, repaired, rerun()
+
+
+def test_first_full_converge_changes_nothing_and_records(host: testinfra.host.Host) -> None:
+    """With no record yet, the host converges in full, says so, and changes nothing but the record it writes (the
+    scenario converged it)."""
+    output = runs()[0]
+    name = host.backend.get_hostname()
+    assert "converges: no full converge is recorded" in output, output[-4000:]
+    assert ran_role_tasks(output, name), output[-4000:]
+    assert changed_tasks(output, name) == {"vllm_state : Record the host as this full converge leaves it"}
+    assert host.file("/var/lib/vllm-fleet/in-sync.json").mode == 0o600
 
 
 def test_converged_hosts_are_skipped(host: testinfra.host.Host) -> None:
-    """Right after the scenario's converges, every host is in sync: no converge task runs, nothing changes."""
-    output = runs()[0]
+    """Right after a full converge, every host is in sync: no converge task runs, nothing changes."""
+    output = runs()[1]
     name = host.backend.get_hostname()
     assert SKIPPED in output and recap(output, name)["changed"] == 0, output[-4000:]
     assert not ran_role_tasks(output, name), output[-4000:]
@@ -72,7 +99,7 @@ def test_converged_hosts_are_skipped(host: testinfra.host.Host) -> None:
 
 def test_a_file_changed_by_hand_makes_its_host_converge(host: testinfra.host.Host) -> None:
     """The drifted host converges in full, says why, and gets its file back; the other host is still skipped."""
-    _, repaired, again = runs()
+    _, _, repaired, again = runs()
     name = host.backend.get_hostname()
     if name == DRIFTED_HOST:
         assert f"converges: path {FACT} changed" in repaired, repaired[-4000:]
