@@ -41,21 +41,25 @@ def recap(output: str, host: str) -> dict[str, int]:
     return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", line.group(1))}
 
 
-def changed_tasks(output: str, host: str) -> set[str]:
-    """Return the names of the tasks that reported a change for host."""
+def tasks_with(output: str, host: str, results: str) -> set[str]:
+    """Return the names of the tasks (and handlers) that reported one of the results (regex) for host."""
     found, task = set(), ""
     for line in output.splitlines():
-        header = re.match(r"^(?:TASK|RUNNING HANDLER) \[(.*)\] \*+$", line)
-        task = header.group(1) if header else task
-        if re.match(rf"^changed: \[{re.escape(host)}[] ]", line):
+        header = re.match(r"^(?:TASK|RUNNING HANDLER) \[(.*)\] \*+$|^PLAY \[", line)
+        task = (header.group(1) or "") if header else task
+        if task and re.match(rf"^(?:{results}): \[{re.escape(host)}[] ]", line):
             found.add(task)
     return found
 
 
+def changed_tasks(output: str, host: str) -> set[str]:
+    """Return the names of the tasks that reported a change for host."""
+    return tasks_with(output, host, "changed")
+
+
 def ran_role_tasks(output: str, host: str) -> bool:
     """Tell whether any task of the vllm_scenes role reported a result for host."""
-    blocks = output.split("\nTASK [vllm_scenes : ")[1:]
-    return any(re.search(rf"^(ok|changed|skipping): \[{re.escape(host)}\]", block, re.M) for block in blocks)
+    return any(task.startswith("vllm_scenes : ") for task in tasks_with(output, host, "ok|changed|skipping"))
 
 
 def drift_by_hand() -> None:
