@@ -22,7 +22,8 @@ logic = load_as("ansible.module_utils.vllm_fleet_in_sync", REPO / "plugins" / "m
 HOST_VARS = {"vllm_scenes_list": [{"name": "realtime"}], "group_names": ["gpu_hosts"], "inventory_hostname": "lab1",
              "ansible_host": "10.0.0.1", "ansible_facts": {"vllm_fleet_gpus": {"count": 1}},
              "vllm_fleet_gpus": {"count": 1}, "playbook_dir": "/somewhere", "vllm_fleet_skip_in_sync": False}
-KIT = [("roles/vllm/tasks/main.yml", b"- name: a\n")]
+KIT = in_sync.files_digest([("roles/vllm/tasks/main.yml", b"- name: a\n")])
+MANIFEST = [("/models/m/manifest.json", b"{}")]
 
 
 def test_host_inputs_keep_the_hosts_own_variables_only() -> None:
@@ -45,18 +46,22 @@ def test_a_variable_that_cannot_be_templated_yet_counts_by_its_expression() -> N
     raw = {"release_link": "{{ vllm_install_dir }}/current"}
     assert in_sync.host_inputs(Undefined({"release_link": None}), raw) == {
         "release_link": '{"untemplated": "{{ vllm_install_dir }}/current"}'}
-    assert in_sync.inputs_digest(Undefined({"release_link": None}), KIT, raw) != in_sync.inputs_digest(
-        Undefined({"release_link": None}), KIT, {"release_link": "{{ vllm_install_dir }}/now"})
+    assert in_sync.inputs_digest(Undefined({"release_link": None}), KIT, [], raw) != in_sync.inputs_digest(
+        Undefined({"release_link": None}), KIT, [], {"release_link": "{{ vllm_install_dir }}/now"})
 
 
 def test_digest_follows_variables_and_kit_files_only() -> None:
     """A changed variable or kit file gives a new digest; facts and the skip switch itself do not."""
-    base = in_sync.inputs_digest(HOST_VARS, KIT)
+    base = in_sync.inputs_digest(HOST_VARS, KIT, MANIFEST)
     facts = {"vllm_fleet_gpus": {"count": 1}, "uptime_seconds": 2}
-    assert base == in_sync.inputs_digest({**HOST_VARS, "ansible_facts": facts, "vllm_fleet_skip_in_sync": True}, KIT)
-    assert base != in_sync.inputs_digest({**HOST_VARS, "vllm_scenes_list": [{"name": "batch"}]}, KIT)
-    assert base != in_sync.inputs_digest(HOST_VARS, [("roles/vllm/tasks/main.yml", b"- name: b\n")])
-    assert base != in_sync.inputs_digest(HOST_VARS, [("roles/vllm/tasks/other.yml", b"- name: a\n")])
+    assert base == in_sync.inputs_digest({**HOST_VARS, "ansible_facts": facts, "vllm_fleet_skip_in_sync": True}, KIT,
+                                         MANIFEST)
+    assert base != in_sync.inputs_digest({**HOST_VARS, "vllm_scenes_list": [{"name": "batch"}]}, KIT, MANIFEST)
+    assert base != in_sync.inputs_digest(
+        HOST_VARS, in_sync.files_digest([("roles/vllm/tasks/main.yml", b"- name: b\n")]), MANIFEST)
+    assert base != in_sync.inputs_digest(
+        HOST_VARS, in_sync.files_digest([("roles/vllm/tasks/other.yml", b"- name: a\n")]), MANIFEST)
+    assert base != in_sync.inputs_digest(HOST_VARS, KIT, [("/models/m/manifest.json", b"{ }")])
 
 
 def test_kit_files_are_the_parts_a_converge_runs(tmp_path: Path) -> None:

@@ -60,11 +60,18 @@ def host_inputs(host_vars: Mapping[str, Any], raw_vars: Mapping[str, Any] | None
             if not name.startswith("ansible_") and name not in RUN_VARIABLES and name not in facts}
 
 
-def inputs_digest(host_vars: Mapping[str, Any], files: Iterable[tuple[str, bytes]],
-                  raw_vars: Mapping[str, Any] | None = None) -> str:
-    """Return the sha256 of the host's inputs and the kit's files: equal digests, equal converges."""
-    digest = hashlib.sha256(json.dumps(host_inputs(host_vars, raw_vars), sort_keys=True).encode())
+def files_digest(files: Iterable[tuple[str, bytes]]) -> str:
+    """Return the sha256 of (path, content) pairs, each delimited so that no two lists hash alike."""
+    digest = hashlib.sha256()
     for path, content in files:
         digest.update(f"\0{path}\0{len(content)}\0".encode())
         digest.update(content)
     return digest.hexdigest()
+
+
+def inputs_digest(host_vars: Mapping[str, Any], kit_digest: str, files: Iterable[tuple[str, bytes]],
+                  raw_vars: Mapping[str, Any] | None = None) -> str:
+    """Return the sha256 of the host's inputs, the kit's digest and the controller files the host's converge reads:
+    equal digests, equal converges."""
+    inputs = json.dumps(host_inputs(host_vars, raw_vars), sort_keys=True)
+    return hashlib.sha256(f"{inputs}\0{kit_digest}\0{files_digest(files)}".encode()).hexdigest()

@@ -14,12 +14,17 @@ from ansible.errors import AnsibleFilterError  # noqa: E402
 from vllm_fleet import FleetError, hardware, in_sync, models, planner, rollout, scenes, verify  # noqa: E402
 
 
-def inputs_digest(host_vars: Any, kit_root: str, controller_paths: list[str]) -> str:
-    """Return the digest of what a converge of the host deploys: its variables, the kit's files under kit_root and
-    the controller files it reads."""
-    files = in_sync.kit_files(Path(kit_root)) + in_sync.controller_files(controller_paths)
+def kit_digest(kit_root: str) -> str:
+    """Return the digest of the kit's files under kit_root (the same for every host of a run)."""
+    return in_sync.files_digest(in_sync.kit_files(Path(kit_root)))
+
+
+def inputs_digest(host_vars: Any, kit: str, controller_paths: list[str]) -> str:
+    """Return the digest of what a converge of the host deploys: its variables, the kit's digest and the controller
+    files it reads."""
     # HostVarsVars keeps the host's untemplated variables; they stand for those that cannot be templated yet.
-    return in_sync.inputs_digest(host_vars, files, getattr(host_vars, "_vars", None))
+    return in_sync.inputs_digest(host_vars, kit, in_sync.controller_files(controller_paths),
+                                 getattr(host_vars, "_vars", None))
 
 
 def _guarded(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -74,5 +79,6 @@ class FilterModule:
             "vllm_fleet_restored_scenes": rollout.restored_scenes,
             "vllm_fleet_rollout_failure": rollout.failure_message,
             "vllm_fleet_rollout_restore_failure": rollout.restore_failure_message,
+            "vllm_fleet_kit_digest": kit_digest,
             "vllm_fleet_inputs_digest": inputs_digest,
         }
