@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import tempfile
 import time
@@ -26,6 +27,7 @@ Environment="CUDA_VISIBLE_DEVICES=0"
 Environment="HF_HOME=/var/lib/vllm/cache/realtime/huggingface"
 RuntimeDirectory={runtime}
 WorkingDirectory={workdir}
+ExecStartPre=/bin/ln -sfn {workdir} /run/{runtime}/torchinductor_nobody
 ExecStart={exec_start}
 TimeoutStopSec=5
 
@@ -45,6 +47,7 @@ def test_unit_is_read_as_systemd_reads_it(tmp_path: Path) -> None:
     """ExecStart, user, directories and both kinds of environment come from the [Service] section only."""
     unit = run_scene.parse_unit(unit_text(tmp_path, "/opt/vllm/releases/r/bin/vllm serve --config /etc/vllm/s.yaml"))
     assert unit.exec_start == ["/opt/vllm/releases/r/bin/vllm", "serve", "--config", "/etc/vllm/s.yaml"]
+    assert unit.exec_start_pre == [["/bin/ln", "-sfn", str(tmp_path), "/run/vllm-scene-test-run-scene/torchinductor_nobody"]]
     assert (unit.user, unit.group, unit.runtime_directory, unit.timeout_stop_sec) == (
         "nobody", "nogroup", "vllm-scene-test-run-scene", 5)
     assert unit.environment == {"CUDA_VISIBLE_DEVICES": "0", "HF_HOME": "/var/lib/vllm/cache/realtime/huggingface"}
@@ -64,7 +67,8 @@ def test_only_host_variables_that_match_are_kept() -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="starting a process as another user needs root")
 def test_start_runs_the_unit_as_its_user_and_stop_ends_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The process runs as the unit's user with its environment, in its own session; stop ends the whole group."""
+    """ExecStartPre and the process run as the unit's user with its environment, the process in its own session; stop
+    ends the whole group."""
     # pytest's tmp_path sits below a 0700 directory the unit's user cannot enter.
     tmp_path = Path(tempfile.mkdtemp(prefix="run-scene-"))
     tmp_path.chmod(0o777)
@@ -80,11 +84,14 @@ def test_start_runs_the_unit_as_its_user_and_stop_ends_it(monkeypatch: pytest.Mo
         time.sleep(0.1)
     assert out.read_text(encoding="utf-8").splitlines() == ["nobody", "s3cret key 0"]
     assert os.getpgid(pid) == pid and Path("/run/vllm-scene-test-run-scene").is_dir()
+    link = Path("/run/vllm-scene-test-run-scene/torchinductor_nobody")
+    assert link.readlink() == tmp_path and link.lstat().st_uid == pwd.getpwnam("nobody").pw_uid
     assert run_scene.main(["status", "t"]) == 0
     assert run_scene.stop("t", tmp_path / "units") is True
     time.sleep(0.2)
     assert not run_scene.alive(pid)
     assert run_scene.stop("t", tmp_path / "units") is False
     assert run_scene.main(["status", "t"]) == 1
+    link.unlink()
     os.rmdir("/run/vllm-scene-test-run-scene")
     shutil.rmtree(tmp_path)

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Start, stop or check a vllm-fleet scene from its rendered systemd unit, on a host whose PID 1 is not systemd.
 
-The GPU proof host (docs/gpu-proof.md) is a container without systemd. This runs the unit's very ExecStart with its
-User, Group, EnvironmentFile, Environment, WorkingDirectory and RuntimeDirectory, so what is proven is what the unit
-would run. systemd's sandboxing and restart policy are not reproduced.
+The GPU proof host (docs/gpu-proof.md) is a container without systemd. This runs the unit's very ExecStartPre and
+ExecStart with its User, Group, EnvironmentFile, Environment, WorkingDirectory and RuntimeDirectory, so what is proven
+is what the unit would run. systemd's sandboxing and restart policy are not reproduced.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ class Unit:
     """The [Service] settings of a scene unit that decide how its process runs."""
 
     exec_start: list[str]
+    exec_start_pre: list[list[str]] = field(default_factory=list)
     user: str = "root"
     group: str = ""
     working_directory: str = "/"
@@ -62,7 +63,9 @@ def parse_unit(text: str) -> Unit:
             name, _, content = assignment.partition("=")
             environment[name] = content
     last = {key: values[-1] for key, values in settings.items()}
-    return Unit(exec_start=shlex.split(last["ExecStart"]), user=last.get("User", "root"), group=last.get("Group", ""),
+    return Unit(exec_start=shlex.split(last["ExecStart"]),
+                exec_start_pre=[shlex.split(command) for command in settings.get("ExecStartPre", [])],
+                user=last.get("User", "root"), group=last.get("Group", ""),
                 working_directory=last.get("WorkingDirectory", "/"), runtime_directory=last.get("RuntimeDirectory", ""),
                 environment_files=settings.get("EnvironmentFile", []), environment=environment,
                 timeout_stop_sec=int(last.get("TimeoutStopSec", "90")))
@@ -106,9 +109,13 @@ def start(name: str, unit_dir: Path, log: Path, keep: list[str]) -> int:
         runtime.mkdir(mode=0o755, exist_ok=True)
         subprocess.run(["chown", f"{unit.user}:{unit.group or unit.user}", str(runtime)], check=True)
     STATE_DIR.mkdir(parents=True, exist_ok=True)
+    environment = service_environment(unit, kept_environment(dict(os.environ), keep))
+    for command in unit.exec_start_pre:
+        subprocess.run(command, cwd=unit.working_directory, user=unit.user, group=unit.group or None, env=environment,
+                       check=True)
     with log.open("ab") as output:
         process = subprocess.Popen(unit.exec_start, cwd=unit.working_directory, user=unit.user, group=unit.group or None,
-                                   env=service_environment(unit, kept_environment(dict(os.environ), keep)),
+                                   env=environment,
                                    stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
                                    start_new_session=True)
     (STATE_DIR / f"{name}.pid").write_text(f"{process.pid}\n", encoding="utf-8")

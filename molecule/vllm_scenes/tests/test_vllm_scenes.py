@@ -79,10 +79,13 @@ def test_changed_scene_restarts_alone(host: testinfra.host.Host) -> None:
 
 
 def test_restart_reuses_the_compile_cache(host: testinfra.host.Host) -> None:
-    """nightly's restart above loaded the compile cache of its first start instead of compiling again."""
+    """nightly's restart above loaded the compile cache and Inductor's precompiled header of its first start instead
+    of building them again."""
     started = host.check_output("systemctl show -p ExecMainStartTimestamp --value vllm-scene-nightly")
     log = host.check_output(f"journalctl -u vllm-scene-nightly -o cat --no-pager --since '{started}'")
     assert "Warming up done" in log and "Compiling model again" not in log
+    headers = host.check_output("stat -c %Y /var/lib/vllm/cache/nightly/precompiled_headers/*.gch").split()
+    assert headers and max(map(int, headers)) < int(host.check_output(f"date -d '{started}' +%s"))
 
 
 def test_scene_vllm_rejects_leaves_everything_running(host: testinfra.host.Host) -> None:
