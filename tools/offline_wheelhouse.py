@@ -29,7 +29,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
+
+from vllm_fleet.wheelhouse import Wheel, canonical, lock_text, wheels_from_report  # noqa: E402
 
 MIB = 1024 * 1024
 # The oldest glibc among the distributions the kit supports (Ubuntu 22.04), so one wheelhouse fits every host.
@@ -50,16 +53,6 @@ class Dist:
 
 
 @dataclass(frozen=True)
-class Wheel:
-    """One wheel pip chose for the target: its distribution, file name and SHA-256."""
-
-    name: str
-    version: str
-    filename: str
-    sha256: str
-
-
-@dataclass(frozen=True)
 class Piece:
     """A byte range of a wheelhouse file, stored in a chunk under `target` (the file name, or NAME.part-NN)."""
 
@@ -67,11 +60,6 @@ class Piece:
     target: str
     offset: int
     size: int
-
-
-def canonical(name: str) -> str:
-    """The PEP 503 normalized form of a distribution name."""
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def parse_freeze(text: str) -> dict[str, Dist]:
@@ -110,30 +98,6 @@ def dist_info(dist: Dist) -> tuple[str, dict[str, str]]:
     return directory, {"METADATA": metadata, "INSTALLER": "offline_wheelhouse\n"}
 
 
-def report_sha256(archive_info: Mapping[str, Any]) -> str:
-    """The SHA-256 of a report item's archive, from `hashes` or the legacy `hash` field."""
-    hashes = archive_info.get("hashes") or {}
-    if "sha256" in hashes:
-        return str(hashes["sha256"])
-    algorithm, _, digest = str(archive_info.get("hash", "")).partition("=")
-    if algorithm != "sha256" or not digest:
-        raise ValueError(f"no sha256 in {archive_info}")
-    return digest
-
-
-def wheels_from_report(report: Mapping[str, Any]) -> list[Wheel]:
-    """The wheels a `pip install --dry-run --report` would install, sorted by name."""
-    wheels = []
-    for item in report["install"]:
-        url = item["download_info"]["url"]
-        filename = unquote(urlparse(url).path.rsplit("/", 1)[-1])
-        if not filename.endswith(".whl"):
-            raise ValueError(f"{filename}: not a wheel")
-        sha256 = report_sha256(item["download_info"].get("archive_info", {}))
-        wheels.append(Wheel(item["metadata"]["name"], item["metadata"]["version"], filename, sha256))
-    return sorted(wheels, key=lambda wheel: canonical(wheel.name))
-
-
 def skipped_dists(wheels: Iterable[Wheel], skip: Iterable[str]) -> dict[str, Dist]:
     """The skipped distributions the resolution pulled in, with the versions it chose, keyed by canonical name."""
     wanted = {canonical(name) for name in skip}
@@ -145,11 +109,6 @@ def replacements(wheels: Iterable[Wheel], provided: Mapping[str, Dist]) -> list[
     return [
         f"{w.name} {provided[canonical(w.name)].version} -> {w.version}" for w in wheels if canonical(w.name) in provided
     ]
-
-
-def lock_text(wheels: Iterable[Wheel]) -> str:
-    """A hash-pinned requirements file of the wheels, for `pip download/install --no-deps --require-hashes`."""
-    return "".join(f"{w.name}=={w.version} --hash=sha256:{w.sha256}\n" for w in wheels)
 
 
 def sums_text(hashes: Mapping[str, str]) -> str:

@@ -1,5 +1,5 @@
 """Ansible filters over vllm-fleet's pure logic (lib/vllm_fleet): scenes, model weights, capacity plans, hardware
-rules, verification, rollouts and in-sync checks."""
+rules, verification, rollouts, in-sync checks and wheelhouse locks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
 
-from vllm_fleet import FleetError, hardware, in_sync, models, planner, rollout, scenes, verify  # noqa: E402
+from vllm_fleet import FleetError, hardware, in_sync, models, planner, rollout, scenes, verify, wheelhouse  # noqa: E402
 
 
 def kit_digest(kit_root: str) -> str:
@@ -81,4 +81,5 @@ class FilterModule:
             "vllm_fleet_rollout_restore_failure": rollout.restore_failure_message,
             "vllm_fleet_kit_digest": kit_digest,
             "vllm_fleet_inputs_digest": inputs_digest,
+            "vllm_fleet_release_lock": wheelhouse.release_lock,
         }

