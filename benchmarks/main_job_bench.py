@@ -4,17 +4,23 @@
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import time
 
-from benchlib import REPO, BenchError, Lab, Results, markdown_table, record, timed, write_json
+from benchlib import LAB_WWW, REPO, BenchError, Lab, Results, markdown_table, record, timed, write_json
 
 BIN = REPO / ".venv" / "bin"
 LAB = Lab("mjob", 241)  # lab indexes 241..244: far from `make lab-up`, molecule and the other benchmarks
 ENV = LAB.env
 SCENE = "realtime"
 PARTS = ["fresh", "rerun", "restart", "install"]
+
+
+def forget_release_bundles() -> None:
+    """Remove the releases earlier runs packed (roles/vllm), so every timed install builds the release as a first one."""
+    shutil.rmtree(LAB_WWW / "wheels" / "releases", ignore_errors=True)
 
 
 def restart_time(cold: bool) -> float:
@@ -36,6 +42,7 @@ def fresh_main_job(results: Results, runs: int) -> None:
     """Time a fresh lab host (cached root) to a serving scene with site.yml; keep the last one up."""
     for run in range(runs):
         subprocess.run(LAB.tool("down"), capture_output=True, check=False)
+        forget_release_bundles()
         started = time.monotonic()
         timed(LAB.tool("up", "--hosts", "1", "--first-index", str(LAB.first_index)))
         timed(LAB.playbook("site.yml"), ENV)
@@ -58,10 +65,12 @@ def rerun_and_setup(results: Results, runs: int) -> None:
 
 
 def install_scaling(results: Results, runs: int) -> None:
-    """Time the vLLM install on 1 fresh host and then on 3 fresh hosts at once (same wheelhouse)."""
+    """Time the vLLM install on 1 fresh host and then on 3 fresh hosts at once (same wheelhouse; no packed release
+    at first, so the 3-host play builds it once on one host and the others unpack it)."""
     for _ in range(runs):
         subprocess.run(LAB.tool("down"), capture_output=True, check=False)
         timed(LAB.tool("up", "--hosts", "4", "--first-index", str(LAB.first_index)))
+        forget_release_bundles()
         record(results, "vLLM install, 1 host", timed(LAB.playbook("playbooks/vllm.yml", f"{LAB.name}1"), ENV))
         record(results, "vLLM install, 3 hosts at once",
                timed(LAB.playbook("playbooks/vllm.yml", f"{LAB.name}2,{LAB.name}3,{LAB.name}4"), ENV))

@@ -36,3 +36,19 @@ def test_lock_refuses_what_pip_cannot_pin() -> None:
     unhashed["download_info"] = {"url": "file:///srv/wheels/x-1-py3-none-any.whl", "archive_info": {}}
     with pytest.raises(ValueError, match="no sha256"):
         wheelhouse.release_lock({"install": [unhashed]}, [])
+
+
+def test_install_plan_builds_each_platform_once_and_unpacks_it_elsewhere() -> None:
+    """The first host of each platform packs its build, the others unpack it; a bundle on hand spares every build."""
+    bundles = {"a1": "rel-p1.tar", "a2": "rel-p1.tar", "b1": "rel-p2.tar", "b2": "rel-p2.tar", "c1": "rel-p3.tar",
+               "x": ""}
+    assert wheelhouse.install_plan(bundles, ["rel-p3.tar"], share=True) == {
+        "a1": "pack", "a2": "unpack", "b1": "pack", "b2": "unpack", "c1": "unpack", "x": "build"}
+
+
+def test_install_plan_without_sharing_builds_unless_a_bundle_is_on_hand() -> None:
+    """A play that does not share (one host, check mode) packs nothing, yet still unpacks a bundle already there."""
+    bundles = {"a1": "rel-p1.tar", "a2": "rel-p1.tar", "c1": "rel-p3.tar"}
+    assert wheelhouse.install_plan(bundles, ["rel-p3.tar"], share=False) == {"a1": "build", "a2": "build",
+                                                                           "c1": "unpack"}
+    assert wheelhouse.install_plan({}, [], share=True) == {}

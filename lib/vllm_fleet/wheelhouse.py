@@ -1,4 +1,5 @@
-"""Wheelhouse locks: the exact wheels a `pip install --dry-run --report` chose, as a hash-pinned requirements file."""
+"""Wheelhouse locks (the exact wheels a `pip install --dry-run --report` chose, as a hash-pinned requirements file)
+and the plan of which hosts build a release and which unpack one built on a host of the same platform."""
 
 from __future__ import annotations
 
@@ -57,3 +58,19 @@ def release_lock(report: Mapping[str, Any], leave_out: Iterable[str]) -> str:
     """The lock of a release's resolution without the distributions it leaves out (whatever their spelling)."""
     unwanted = {canonical(name) for name in leave_out}
     return lock_text(wheel for wheel in wheels_from_report(report) if canonical(wheel.name) not in unwanted)
+
+
+def install_plan(bundles: Mapping[str, str], present: Iterable[str], share: bool) -> dict[str, str]:
+    """How each host lacking the release gets it: `unpack` a bundle of its platform that the controller holds or
+    that a host before it packs, `pack` (build, then share it), or `build` it alone (hosts without a bundle name)."""
+    ready = set(present)
+    plan = {}
+    for host, bundle in bundles.items():
+        if bundle and bundle in ready:
+            plan[host] = "unpack"
+        elif bundle and share:
+            plan[host] = "pack"
+            ready.add(bundle)
+        else:
+            plan[host] = "build"
+    return plan

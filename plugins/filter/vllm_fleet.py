@@ -82,4 +82,5 @@ class FilterModule:
             "vllm_fleet_kit_digest": kit_digest,
             "vllm_fleet_inputs_digest": inputs_digest,
             "vllm_fleet_release_lock": wheelhouse.release_lock,
+            "vllm_fleet_release_install_plan": wheelhouse.install_plan,
         }

