@@ -31,11 +31,11 @@ def test_second_host_unpacked_the_release_the_controller_serves(host: testinfra.
         assert host.backend.get_hostname() == "mdef1"
         return
     bundle = BUNDLES / origin
-    assert bundle.name.startswith(f"{marker(host)['name']}-") and bundle.suffix == ".tar"
+    assert bundle.name.startswith(f"{marker(host)['name']}-") and bundle.name.endswith(".tar.zst")
     with bundle.open("rb") as stream:
         assert (BUNDLES / f"{bundle.name}.sha256").read_text(encoding="utf-8").strip() == hashlib.file_digest(
             stream, "sha256").hexdigest()
-    members = subprocess.run(["tar", "--list", "--file", str(bundle)], capture_output=True, text=True, check=True)
+    members = subprocess.run(["tar", "--list", "--zstd", "--file", str(bundle)], capture_output=True, text=True, check=True)
     assert "./bin/vllm" in members.stdout.split() and ".vllm-fleet-release.json" not in members.stdout
     assert not host.file(f"/var/tmp/vllm-fleet-{bundle.name}").exists
 
