@@ -1,9 +1,14 @@
 """Make the repo's Python tools importable in tests, and load the Ansible filter plugin as Ansible does."""
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
@@ -23,3 +28,13 @@ def load_as(name: str, path: Path) -> ModuleType:
 def filter_plugin() -> ModuleType:
     """Import the filter plugin as a file, not as a package, the way Ansible loads it."""
     return load_as("vllm_fleet_filters", FILTER_PLUGIN)
+
+
+def run_module_main(module: ModuleType, args: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+    """Run an Ansible module's main() in this process, as Ansible runs it on a host, and return its JSON result."""
+    with patch_module_args(args), pytest.raises(SystemExit) as exit_info:
+        module.main()
+    result = json.loads(capsys.readouterr().out)
+    assert exit_info.value.code == (1 if result.get("failed") else 0)
+    result.pop("invocation", None)  # the controller drops it too, unless asked for it
+    return result

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -10,9 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
-from ansible.module_utils.testing import patch_module_args
 
-from conftest import REPO, load_as
+from conftest import REPO, load_as, run_module_main
 
 DATA = REPO / "tests" / "data" / "nvidia"
 NOWHERE = "/nonexistent/vllm-fleet-test"
@@ -256,11 +254,7 @@ def fake_proc(directory: Path, version: str | None, information: dict[str, str])
 
 def run_module(capsys: pytest.CaptureFixture[str], **args: Any) -> dict[str, Any]:
     """Run the module's main() as Ansible would and return its JSON result."""
-    with patch_module_args(args), pytest.raises(SystemExit) as exit_info:
-        facts_module.main()
-    result = json.loads(capsys.readouterr().out)
-    assert exit_info.value.code == (1 if result.get("failed") else 0)
-    return result
+    return run_module_main(facts_module, args, capsys)
 
 
 def test_module_on_a_host_without_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

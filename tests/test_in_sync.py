@@ -2,22 +2,22 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
-from conftest import REPO, load_as
+from conftest import REPO, load_as, run_module_main
 
 sys.path.insert(0, str(REPO / "lib"))
 
 from vllm_fleet import in_sync  # noqa: E402
 
 logic = load_as("ansible.module_utils.vllm_fleet_in_sync", REPO / "plugins" / "module_utils" / "vllm_fleet_in_sync.py")
+in_sync_module = load_as("vllm_fleet_in_sync", REPO / "plugins" / "modules" / "vllm_fleet_in_sync.py")
 
 HOST_VARS = {"vllm_scenes_list": [{"name": "realtime"}], "group_names": ["gpu_hosts"], "inventory_hostname": "lab1",
              "ansible_host": "10.0.0.1", "ansible_facts": {"vllm_fleet_gpus": {"count": 1}},
@@ -125,40 +125,38 @@ def test_difference_names_the_first_change(record: dict | None, inputs: str, cur
     assert bool(reason) == bool(logic.difference(record, inputs, current))
 
 
-def run_module(root: Path, state: str, inputs: str = "digest") -> dict[str, object]:
-    """Run the vllm_fleet_in_sync module locally on a tree under root (no units) and return its result."""
-    args = {"state": state, "path": str(root / "state" / "in-sync.json"), "inputs": inputs,
-            "trees": [str(root / "etc")], "paths": [str(root / "current"), str(root / "cache" / "*")]}
-    command = [str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local", "-m", "vllm_fleet_in_sync",
-               "-a", json.dumps(args), "-o"]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False,
-                          env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_INVENTORY": "localhost,"})
-    assert "=> " in done.stdout, done.stdout + done.stderr
-    return json.loads(done.stdout.split("=> ", 1)[1])
+def module_on(root: Path, capsys: pytest.CaptureFixture[str]) -> Callable[..., dict[str, Any]]:
+    """Return a runner of the vllm_fleet_in_sync module on a tree under root (no units): run(state, inputs)."""
+    def run(state: str, inputs: str = "digest") -> dict[str, Any]:
+        args = {"state": state, "path": str(root / "state" / "in-sync.json"), "inputs": inputs,
+                "trees": [str(root / "etc")], "paths": [str(root / "current"), str(root / "cache" / "*")]}
+        return run_module_main(in_sync_module, args, capsys)
+    return run
 
 
-def test_module_records_then_finds_every_kind_of_change(tmp_path: Path) -> None:
+def test_module_records_then_finds_every_kind_of_change(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """After a record the host is in sync; an edited file, a new file, a moved link, other inputs are not."""
+    run_module = module_on(tmp_path, capsys)
     (tmp_path / "etc" / "scenes").mkdir(parents=True)
     (tmp_path / "etc" / "scenes" / "realtime.yaml").write_text("max-num-seqs: 16\n")
     (tmp_path / "cache" / "realtime").mkdir(parents=True)
     (tmp_path / "releases" / "a").mkdir(parents=True)
     (tmp_path / "current").symlink_to(tmp_path / "releases" / "a")
-    assert run_module(tmp_path, "check") == {"changed": False, "in_sync": False,
+    assert run_module("check") == {"changed": False, "in_sync": False,
                                              "reason": "no full converge is recorded"}
-    assert run_module(tmp_path, "record")["changed"] is True
-    assert run_module(tmp_path, "record")["changed"] is False  # the same host again: the record stays
+    assert run_module("record")["changed"] is True
+    assert run_module("record")["changed"] is False  # the same host again: the record stays
     assert oct((tmp_path / "state" / "in-sync.json").stat().st_mode & 0o777) == "0o600"
-    assert run_module(tmp_path, "check")["in_sync"] is True
-    assert run_module(tmp_path, "check", inputs="other")["in_sync"] is False
+    assert run_module("check")["in_sync"] is True
+    assert run_module("check", inputs="other")["in_sync"] is False
     (tmp_path / "cache" / "realtime" / "compiled").write_text("runtime files do not count")
-    assert run_module(tmp_path, "check")["in_sync"] is True
+    assert run_module("check")["in_sync"] is True
     (tmp_path / "etc" / "scenes" / "realtime.yaml").write_text("max-num-seqs: 32\n")
-    assert run_module(tmp_path, "check")["reason"] == f"path {tmp_path}/etc/scenes/realtime.yaml changed"
-    run_module(tmp_path, "record")
+    assert run_module("check")["reason"] == f"path {tmp_path}/etc/scenes/realtime.yaml changed"
+    run_module("record")
     (tmp_path / "cache" / "realtime").chmod(0o777)
-    assert run_module(tmp_path, "check")["reason"] == f"path {tmp_path}/cache/realtime changed"
+    assert run_module("check")["reason"] == f"path {tmp_path}/cache/realtime changed"
     (tmp_path / "cache" / "realtime").chmod(0o755)
     (tmp_path / "current").unlink()
     (tmp_path / "current").symlink_to(tmp_path / "releases" / "b")
-    assert run_module(tmp_path, "check")["reason"] == f"path {tmp_path}/current changed"
+    assert run_module("check")["reason"] == f"path {tmp_path}/current changed"

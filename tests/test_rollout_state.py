@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from conftest import REPO, load_as
+from conftest import REPO, load_as, run_module_main
 
 sys.path.insert(0, str(REPO / "lib"))
 
@@ -18,6 +18,7 @@ from vllm_fleet import rollout, scenes  # noqa: E402
 
 deployment = load_as("ansible.module_utils.vllm_fleet_deployment",
                      REPO / "plugins" / "module_utils" / "vllm_fleet_deployment.py")
+deployment_module = load_as("vllm_fleet_deployment", REPO / "plugins" / "modules" / "vllm_fleet_deployment.py")
 Layout, plan_restore = deployment.Layout, deployment.plan_restore
 
 SCENE_OF = {"/c/realtime.yaml": "realtime", "/c/realtime.env": "realtime", "/u/vllm-scene-realtime.service": "realtime",
@@ -100,18 +101,12 @@ def test_ready_targets_probe_on_the_host() -> None:
         {"name": "batch", "url": "http://127.0.0.1:8001", "unit": "vllm-scene-batch.service"}]
 
 
-def run_module(state: str, root: Path) -> dict[str, object]:
+def run_module(state: str, root: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     """Run the vllm_fleet_deployment module on files under root (no systemd) and return its result."""
     args = {"state": state, "config_dir": str(root / "etc"), "unit_dir": str(root / "units"),
             "release_link": str(root / "current"), "model_dir": str(root / "models"),
             "fact_path": str(root / "facts" / "vllm_fleet.fact"), "snapshot_dir": str(root / "snapshot"), "systemd": False}
-    command = [str(Path(sys.executable).parent / "ansible"), "localhost", "-c", "local", "-m", "vllm_fleet_deployment",
-               "-a", json.dumps(args), "-o"]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False,
-                          env={**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_INVENTORY": "localhost,"})
-    assert "=> " in done.stdout, done.stdout + done.stderr
-    status, result = done.stdout.split("=> ", 1)
-    return {**json.loads(result), "failed": "FAILED" in status}
+    return run_module_main(deployment_module, args, capsys)
 
 
 @pytest.fixture()
@@ -135,37 +130,37 @@ def host_root(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_module_inspects_without_secret_digests(host_root: Path) -> None:
+def test_module_inspects_without_secret_digests(host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """inspect reports the release marker, model origin, config and unit digests, and no digest of the secret file."""
-    result = run_module("inspect", host_root)
+    result = run_module("inspect", host_root, capsys)
     assert result["changed"] is False and result["release_marker"] == {"name": "r1"}
     assert result["models"]["tiny"]["origin"] == "http://mirror"
     assert set(result["scenes"]["realtime"]) == {"config_sha256", "unit_sha256"}
 
 
-def test_module_snapshot_then_restore_puts_the_host_back(host_root: Path) -> None:
+def test_module_snapshot_then_restore_puts_the_host_back(host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A snapshot, then a deploy that changes a config, adds a scene and moves the release, is undone by restore."""
-    assert run_module("snapshot", host_root)["changed"] is True
-    assert run_module("snapshot", host_root)["changed"] is False  # the same state again: nothing to record
+    assert run_module("snapshot", host_root, capsys)["changed"] is True
+    assert run_module("snapshot", host_root, capsys)["changed"] is False  # the same state again: nothing to record
     assert oct((host_root / "snapshot").stat().st_mode & 0o777) == "0o700"
     (host_root / "etc" / "realtime.yaml").write_text("max-model-len: 65536\n")
     (host_root / "etc" / "batch.yaml").write_text("new scene\n")
     (host_root / "current").unlink()
     (host_root / "current").symlink_to(host_root / "releases" / "r2")
     (host_root / "facts" / "vllm_fleet.fact").write_text(json.dumps({"deployed_at": "now"}))
-    result = run_module("restore", host_root)
+    result = run_module("restore", host_root, capsys)
     assert result["changed"] is True and result["restart"] == ["realtime"] and result["removed"] == ["batch"]
     assert (host_root / "etc" / "realtime.yaml").read_text() == "max-num-seqs: 16\n"
     assert not (host_root / "etc" / "batch.yaml").exists()
     assert os.readlink(host_root / "current") == str(host_root / "releases" / "r1")
     assert (host_root / "facts" / "vllm_fleet.fact").read_text() == json.dumps({"deployed_at": "then"})  # byte for byte
     assert oct((host_root / "etc" / "realtime.env").stat().st_mode & 0o777) == "0o640"
-    assert run_module("restore", host_root)["changed"] is False
+    assert run_module("restore", host_root, capsys)["changed"] is False
 
 
-def test_module_refuses_a_restore_without_snapshot(host_root: Path) -> None:
+def test_module_refuses_a_restore_without_snapshot(host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Restore with no snapshot fails and says why."""
-    result = run_module("restore", host_root)
+    result = run_module("restore", host_root, capsys)
     assert result.get("failed") and "no snapshot" in str(result["msg"])
 
 
