@@ -6,6 +6,9 @@ LAB_HOSTS ?= 2
 LAB_DISTRO ?= debian12
 # The lab's file server (tools/lab) serves this directory to lab hosts; the lab inventory points there.
 LAB_WWW := /var/lib/vllm-fleet-lab/www
+# Molecule scenarios in lanes that run at once, each in order (tools/molecule_lanes.py): those serving vLLM share one
+# lane, as they need the cores; the others run beside them. Every scenario is in exactly one lane (a test checks).
+MOLECULE_LANES ?= default,rollout,vllm_scenes,vllm nvidia_driver,vllm_model,vllm_drift,node_exporter
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 
@@ -43,9 +46,8 @@ syntax: setup  # one ansible-playbook parses every playbook and fails on the fir
 unit: setup  # pytest exits 5 when it collects nothing, which fails the target
 	pytest -q tests
 
-molecule: setup lab-model  ## every scenario; they use the lab's file server, wheelhouse and tiny model
-	for scenario in molecule/*/molecule.yml; do scenario=$$(basename $$(dirname $$scenario)); \
-	  molecule test -s $$scenario || exit 1; done
+molecule: setup lab-model  ## every scenario, in MOLECULE_LANES; they use the lab's file server, wheelhouse and tiny model
+	$(BIN)/python tools/molecule_lanes.py $(MOLECULE_LANES)
 
 test: lint syntax unit molecule  ## everything CI runs
 

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""Run molecule scenarios in parallel lanes, each lane in order; print each scenario's whole log when it ends.
+
+Scenarios that serve vLLM are CPU-bound on the lab's cores, so they share one lane; the scenarios that do not (the
+driver role on its Ubuntu hosts, the exporter, the model files, the drift timer) run beside them in another. Every
+scenario uses its own lab indexes (tests/test_molecule_scenarios.py), so lanes never touch each other's hosts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def parse_lanes(specs: list[str]) -> list[list[str]]:
+    """Turn lane specs like "default,rollout" into lists of scenario names."""
+    return [[name for name in spec.split(",") if name] for spec in specs]
+
+
+def lane_problems(lanes: list[list[str]], scenarios: list[str]) -> list[str]:
+    """Return what is wrong with the lanes: an unknown or repeated scenario, or one that no lane runs."""
+    named = [name for lane in lanes for name in lane]
+    problems = [f"no scenario {name!r} (molecule/{name}/molecule.yml)" for name in named if name not in scenarios]
+    problems += [f"{name!r} is in more than one lane" for name in sorted(set(named)) if named.count(name) > 1]
+    problems += [f"no lane runs {name!r}" for name in scenarios if name not in named]
+    return problems
+
+
+class LaneRunner:
+    """Runs the lanes' scenarios; after a failure, no lane starts another scenario."""
+
+    def __init__(self, command: Callable[[str], list[str]], log_dir: Path, out: Callable[[str], None]) -> None:
+        """Keep how to run a scenario, where its log goes, and how to print."""
+        self.command, self.log_dir, self.out = command, log_dir, out
+        self.failed = threading.Event()
+        self.lock = threading.Lock()
+        self.results: list[tuple[str, int, float, bool]] = []
+
+    def run_lane(self, number: int, lane: list[str]) -> None:
+        """Run one lane's scenarios in order until one fails or another lane has failed."""
+        for scenario in lane:
+            if self.failed.is_set():
+                return
+            log = self.log_dir / f"{scenario}.log"
+            with self.lock:
+                self.out(f"==== molecule {scenario} (lane {number}): started, log in {log}")
+            started = time.monotonic()
+            with log.open("w") as stream:
+                passed = subprocess.run(self.command(scenario), cwd=REPO, stdout=stream, stderr=subprocess.STDOUT,
+                                        check=False).returncode == 0
+            seconds = time.monotonic() - started
+            if not passed:
+                self.failed.set()
+            with self.lock:
+                self.results.append((scenario, number, seconds, passed))
+                verdict = "passed" if passed else "FAILED"
+                self.out(f"==== molecule {scenario} (lane {number}): {verdict} in {seconds:.0f} s; its log follows")
+                self.out(log.read_text(errors="replace"))
+
+    def run(self, lanes: list[list[str]]) -> bool:
+        """Run every lane at once; return whether every scenario that ran passed and none was left out."""
+        threads = [threading.Thread(target=self.run_lane, args=(n, lane)) for n, lane in enumerate(lanes, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return not self.failed.is_set()
+
+    def summary(self) -> str:
+        """Return a Markdown table of the scenarios that ran, in the order they ended."""
+        rows = [f"| {name} | {lane} | {seconds:.0f} | {'passed' if ok else 'FAILED'} |"
+                for name, lane, seconds, ok in self.results]
+        return "\n".join(["| scenario | lane | seconds | result |", "|---|---:|---:|---|", *rows])
+
+
+def main(argv: list[str]) -> int:
+    """Check the lanes against molecule/*/molecule.yml, run them, print the summary; 1 on any failure."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("lanes", nargs="+", help="one argument per lane: scenario names joined by commas")
+    parser.add_argument("--only", action="store_true", help="run just the scenarios named (no check that all run)")
+    args = parser.parse_args(argv)
+    lanes = parse_lanes(args.lanes)
+    scenarios = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.yml"))
+    problems = [p for p in lane_problems(lanes, scenarios) if not (args.only and p.startswith("no lane runs"))]
+    if problems:
+        print("molecule_lanes: " + "; ".join(problems) + ". Fix MOLECULE_LANES in the Makefile.", file=sys.stderr)
+        return 2
+    log_dir = REPO / ".cache" / "molecule-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    runner = LaneRunner(lambda name: ["molecule", "test", "-s", name], log_dir, lambda text: print(text, flush=True))
+    passed = runner.run(lanes)
+    print(runner.summary())
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
