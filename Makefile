@@ -6,9 +6,10 @@ LAB_HOSTS ?= 2
 LAB_DISTRO ?= debian12
 # The lab's file server (tools/lab) serves this directory to lab hosts; the lab inventory points there.
 LAB_WWW := /var/lib/vllm-fleet-lab/www
-# Molecule scenarios in lanes that run at once, each in order (tools/molecule_lanes.py): those serving vLLM share one
-# lane, as they need the cores; the others run beside them. Every scenario is in exactly one lane (a test checks).
-MOLECULE_LANES ?= default,rollout,vllm_scenes,vllm nvidia_driver,vllm_model,vllm_drift,node_exporter
+# Molecule scenarios in two lanes that run at once, each in order (tools/molecule_lanes.py), balanced by time on the
+# lab's 2 cores: default (its first minutes build the wheelhouse and pack the release others unpack) and the scenes;
+# the scenarios without vLLM, then rollout. Every scenario is in exactly one lane (tests/test_molecule_lanes.py).
+MOLECULE_LANES ?= default,vllm_scenes,vllm nvidia_driver,vllm_model,vllm_drift,node_exporter,rollout
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 
