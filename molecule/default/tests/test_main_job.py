@@ -108,7 +108,8 @@ sys.path.insert(0, str(REPO / "molecule" / "shared"))
 from playbooks import run_playbook  # noqa: E402
 
 
-RERUN_REPORTS = REPO / "reports" / "reruns"  # the reruns below leave site.yml's own reports as they were
+SITE_REPORTS = REPO / "reports" / "molecule-default"  # converge.yml's vllm_verify_report_dir
+RERUN_REPORTS = SITE_REPORTS / "reruns"  # the reruns below leave site.yml's own reports as they were
 
 
 def verify(host: testinfra.host.Host, *extra: str) -> tuple[int, str]:
@@ -118,7 +119,7 @@ def verify(host: testinfra.host.Host, *extra: str) -> tuple[int, str]:
     return result.returncode, result.stdout
 
 
-def report(host: testinfra.host.Host, scene: str, reports: Path = REPO / "reports") -> dict[str, object]:
+def report(host: testinfra.host.Host, scene: str, reports: Path = SITE_REPORTS) -> dict[str, object]:
     """Return the controller's report of one scene of this host."""
     return json.loads((reports / host.backend.get_hostname() / f"{scene}.json").read_text())
 
@@ -131,7 +132,7 @@ def test_every_scene_has_a_passing_report_with_real_numbers(host: testinfra.host
         assert data["passed"] is True and data["slo"]["passed"] is True
         assert bench["completed"] == 64 and bench["failed"] == 0 and bench["output_throughput"] > 0
         assert all(check["passed"] for check in data["checks"]) and len(data["checks"]) == 5
-    summary = (REPO / "reports" / "summary.md").read_text()
+    summary = (SITE_REPORTS / "summary.md").read_text()
     assert f"| {host.backend.get_hostname()} | realtime | cpu |" in summary
 
 
