@@ -9,7 +9,7 @@ short_description: Download a compressed tar archive and unpack it in one pass, 
 description:
   - Streams the archive at I(url) into C(tar --extract) while it hashes it, so the host neither stores the archive nor
     reads it a second time.
-  - Fails when tar fails or the digest is not I(checksum). What tar wrote into I(dest) by then stays there: the caller
+  - Fails when tar fails or the digest is not I(checksum). What tar wrote into I(dest) by then stays there; the caller
     removes it, and counts I(dest) as complete only once it has checked it.
 version_added: "0.1.0"
 author: vllm-fleet
