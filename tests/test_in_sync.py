@@ -142,8 +142,7 @@ def test_module_records_then_finds_every_kind_of_change(tmp_path: Path, capsys: 
     (tmp_path / "cache" / "realtime").mkdir(parents=True)
     (tmp_path / "releases" / "a").mkdir(parents=True)
     (tmp_path / "current").symlink_to(tmp_path / "releases" / "a")
-    assert run_module("check") == {"changed": False, "in_sync": False,
-                                             "reason": "no full converge is recorded"}
+    assert run_module("check") == {"changed": False, "in_sync": False, "reason": "no full converge is recorded"}
     assert run_module("record")["changed"] is True
     assert run_module("record")["changed"] is False  # the same host again: the record stays
     assert oct((tmp_path / "state" / "in-sync.json").stat().st_mode & 0o777) == "0o600"

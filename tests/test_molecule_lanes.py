@@ -28,6 +28,13 @@ def test_every_scenario_runs_in_exactly_one_lane(lanes: list[list[str]], problem
     assert (problem in problems[0]) if problem else problems == []
 
 
+def test_a_subset_may_leave_scenarios_out_but_not_repeat_one() -> None:
+    """With every=False (--only) forgotten scenarios are fine; unknown and repeated ones are not."""
+    assert molecule_lanes.lane_problems([["a"], ["c"]], SCENARIOS, every=False) == []
+    assert molecule_lanes.lane_problems([["a"], ["a", "e"]], SCENARIOS, every=False) == [
+        "no scenario 'e' (molecule/e/molecule.yml)", "'a' is in more than one lane"]
+
+
 def test_makefile_lanes_cover_the_repo_scenarios() -> None:
     """The lanes `make molecule` runs name every scenario of the repo once."""
     makefile = (molecule_lanes.REPO / "Makefile").read_text()
