@@ -43,11 +43,6 @@ def test_makefile_lanes_cover_the_repo_scenarios() -> None:
     assert molecule_lanes.lane_problems(molecule_lanes.parse_lanes(spec.split("=", 1)[1].split()), scenarios) == []
 
 
-def fake_molecule(name: str) -> list[str]:
-    """A scenario run: prints its name; 'bad' fails; 'slow' takes a while, so the other lane's failure comes first."""
-    return ["sh", "-c", f"echo running {name}; sleep {0.5 if name == 'slow' else 0}; [ {name} != bad ]"]
-
-
 def test_lanes_run_at_once_and_each_log_is_printed_whole(tmp_path: Path) -> None:
     """Two lanes of one-second scenarios take about one second per scenario of the longer lane, not the sum."""
     printed: list[str] = []
@@ -63,6 +58,13 @@ def test_lanes_run_at_once_and_each_log_is_printed_whole(tmp_path: Path) -> None
 def test_a_failure_stops_every_lane_from_starting_more(tmp_path: Path) -> None:
     """After 'bad' fails, neither its lane nor the other starts another scenario; the run fails."""
     printed: list[str] = []
+
+    def fake_molecule(name: str) -> list[str]:
+        """A scenario run that prints its name; 'bad' fails; 'slow' starts only once the other lane has failed."""
+        if name == "slow":
+            assert runner.failed.wait(30)
+        return ["sh", "-c", f"echo running {name}; [ {name} != bad ]"]
+
     runner = molecule_lanes.LaneRunner(fake_molecule, tmp_path, printed.append)
     assert runner.run([["bad", "never1"], ["slow", "never2"]]) is False
     ran = {name: ok for name, _, _, ok in runner.results}

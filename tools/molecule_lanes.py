@@ -2,7 +2,7 @@
 """Run molecule scenarios in parallel lanes, each lane in order; print each scenario's whole log when it ends.
 
 Scenarios that serve vLLM are CPU-bound on the lab's cores, so they share one lane; the scenarios that do not (the
-driver role on its Ubuntu hosts, the exporter, the model files, the drift timer) run beside them in another. Every
+driver role on its Ubuntu hosts, the exporter, the model files, the drift timer, the vLLM install) run beside them. Every
 scenario uses its own lab indexes (tests/test_molecule_scenarios.py), so lanes never touch each other's hosts.
 """
 
