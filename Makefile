@@ -9,8 +9,9 @@ LAB_WWW := /var/lib/vllm-fleet-lab/www
 # Molecule scenarios in two lanes that run at once, each in order (tools/molecule_lanes.py). Those that serve vLLM
 # are CPU-bound on the lab's 2 cores: two at once took as long as one after the other (default 31 min beside rollout,
 # 21 min beside the light lane), so they share one lane, default first (it builds the wheelhouse and packs the release
-# the others unpack); the scenarios without vLLM run beside them. Each scenario is in exactly one lane (a test checks).
-MOLECULE_LANES ?= default,rollout,vllm_scenes,vllm nvidia_driver,vllm_model,vllm_drift,node_exporter
+# the others unpack); the scenarios that serve no vLLM run beside them, vllm (an install only) last, when default has
+# packed. Each scenario is in exactly one lane (a test checks).
+MOLECULE_LANES ?= default,rollout,vllm_scenes nvidia_driver,vllm_model,vllm_drift,node_exporter,vllm
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 

@@ -138,6 +138,8 @@ def test_every_scene_has_a_passing_report_with_real_numbers(host: testinfra.host
 
 def test_impossible_target_fails_the_scene_and_keeps_it_running(host: testinfra.host.Host) -> None:
     """A median TPOT target of 0.001 ms fails with metric, value and target; no service restarts."""
+    if host.backend.get_hostname() != "mdef2":
+        pytest.skip("the gate is per scene: one host's run shows it (mdef1 runs the stopped-scene test)")
     before = {s: host.check_output(f"systemctl show -p MainPID --value vllm-scene-{s}") for s in scenes_of(host)}
     code, output = verify(host, "-e", json.dumps({"vllm_verify_slo_overrides": {"realtime": {"median_tpot_ms": 0.001}}}))
     assert code != 0
