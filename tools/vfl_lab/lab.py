@@ -70,8 +70,8 @@ def read_mirror() -> str:
 
 
 def _teardown(lab: Lab, record: HostRecord) -> None:
-    """Stop one host and remove its overlay, network and record."""
-    machine.stop(record.pid, record.plan)
+    """Stop one host (if still up) and remove its overlay, network and record."""
+    machine.stop([(record.pid, record.plan)])
     host_dir = lab.host_dir(record.plan)
     machine.unmount(host_dir)
     network.destroy(record.plan)
@@ -167,6 +167,8 @@ def up(lab: Lab, count: int, first_index: int, distro_name: str, mirror: str | N
 def down(lab: Lab) -> int:
     """Stop every host of the lab and remove its state; return how many hosts were removed."""
     records = lab.records()
+    # Their services stop in parallel (vLLM takes seconds to shut down), then each host is removed.
+    machine.stop([(record.pid, record.plan) for record in records])
     for record in records:
         _teardown(lab, record)
     shutil.rmtree(lab.dir, ignore_errors=True)

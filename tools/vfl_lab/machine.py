@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -88,17 +89,18 @@ def is_ours(pid: int, plan: HostPlan) -> bool:
     return bool(argv) and argv[0].endswith("systemd-nspawn") and f"--machine={plan.name}" in argv
 
 
-def stop(pid: int, plan: HostPlan, timeout: float = 30.0) -> None:
-    """Power the host off cleanly with SIGTERM to its nspawn process; SIGKILL after the timeout."""
-    if not is_ours(pid, plan):
-        return
-    helpers = [child for child in children(pid) if is_ours(child, plan)]
-    os.kill(pid, signal.SIGTERM)
+def stop(hosts: list[tuple[int, HostPlan]], timeout: float = 30.0) -> None:
+    """Power hosts off cleanly and at once with SIGTERM to their nspawn processes; SIGKILL after the timeout."""
+    ours = [(pid, plan) for pid, plan in hosts if is_ours(pid, plan)]
+    # nspawn's helper processes must be gone too before the overlay can be unmounted.
+    watched = [(p, plan) for pid, plan in ours for p in (pid, *children(pid)) if is_ours(p, plan)]
+    for pid, _ in ours:
+        os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while any(is_ours(p, plan) for p in (pid, *helpers)):
+    while alive := [(p, plan) for p, plan in watched if is_ours(p, plan)]:
         if time.monotonic() > deadline:
-            for p in (pid, *helpers):
-                if is_ours(p, plan):
+            for p, _ in alive:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(p, signal.SIGKILL)
         time.sleep(0.1)
 

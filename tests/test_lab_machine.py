@@ -1,0 +1,59 @@
+"""The lab's power-off of its hosts, on stand-in processes that look like nspawn and take a while to shut down."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from vfl_lab import machine
+from vfl_lab.plan import HostPlan
+
+# Exits one second after SIGTERM, as a booted host does once its services have stopped.
+SLOW_TO_STOP = ("import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1), sys.exit(0))); "
+                "print('ready', flush=True); time.sleep(60)")
+
+
+def plan(name: str) -> HostPlan:
+    """Return a host plan whose only field that matters here is the machine name."""
+    return HostPlan(lab="t", name=name, index=250, netns="n", veth="v", gateway="10.0.0.1", address="10.0.0.2")
+
+
+@pytest.fixture
+def hosts() -> Iterator[list[tuple[subprocess.Popen[bytes], HostPlan]]]:
+    """Start two stand-ins whose argv is that of `systemd-nspawn --machine=NAME`; kill leftovers after the test."""
+    started = []
+    for name in ("h1", "h2"):
+        argv = ["bash", "-c", f'exec -a systemd-nspawn {sys.executable} -c "{SLOW_TO_STOP}" --machine={name}']
+        started.append((subprocess.Popen(argv, stdout=subprocess.PIPE), plan(name)))
+    for proc, _ in started:
+        assert proc.stdout and proc.stdout.readline() == b"ready\n"  # its SIGTERM handler is in place
+    yield started
+    for proc, _ in started:
+        proc.kill()
+        proc.wait()
+
+
+def test_hosts_power_off_at_once(hosts: list[tuple[subprocess.Popen[bytes], HostPlan]]) -> None:
+    """Two hosts that each take 1 s to stop are both gone after about 1 s, not 2 s, and ended by SIGTERM."""
+    started = time.monotonic()
+    machine.stop([(proc.pid, host) for proc, host in hosts])
+    assert time.monotonic() - started < 1.8
+    assert [proc.wait(timeout=5) for proc, _ in hosts] == [0, 0]
+
+
+def test_a_host_that_ignores_sigterm_is_killed_at_the_timeout(hosts: list[tuple[subprocess.Popen[bytes], HostPlan]]) -> None:
+    """A stop timeout shorter than the host's shutdown ends it with SIGKILL."""
+    machine.stop([(hosts[0][0].pid, hosts[0][1])], timeout=0.3)
+    assert hosts[0][0].wait(timeout=5) == -9
+    assert hosts[1][0].poll() is None
+
+
+def test_processes_not_of_the_lab_are_left_alone(hosts: list[tuple[subprocess.Popen[bytes], HostPlan]]) -> None:
+    """A pid that is not the named host's nspawn (another machine name) gets no signal."""
+    machine.stop([(hosts[0][0].pid, plan("other"))], timeout=0.3)
+    time.sleep(0.2)
+    assert hosts[0][0].poll() is None
