@@ -45,7 +45,7 @@ def test_hosts_power_off_at_once(hosts: list[tuple[subprocess.Popen[bytes], Host
     assert [proc.wait(timeout=5) for proc, _ in hosts] == [0, 0]
 
 
-def test_a_host_that_ignores_sigterm_is_killed_at_the_timeout(hosts: list[tuple[subprocess.Popen[bytes], HostPlan]]) -> None:
+def test_a_host_slower_than_the_timeout_is_killed(hosts: list[tuple[subprocess.Popen[bytes], HostPlan]]) -> None:
     """A stop timeout shorter than the host's shutdown ends it with SIGKILL."""
     machine.stop([(hosts[0][0].pid, hosts[0][1])], timeout=0.3)
     assert hosts[0][0].wait(timeout=5) == -9
