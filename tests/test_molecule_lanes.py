@@ -71,6 +71,16 @@ def test_a_failure_stops_every_lane_from_starting_more(tmp_path: Path) -> None:
     assert ran == {"bad": False, "slow": True}
     assert any(line.startswith("==== molecule bad (lane 1): FAILED") for line in printed)
     assert "running bad\n" in printed
+    assert runner.failures().startswith("==== why molecule bad failed") and "slow" not in runner.failures()
+
+
+def test_the_failure_excerpt_keeps_why_then_the_end() -> None:
+    """Ansible's fatal lines and pytest's E lines from anywhere in the log, then the log's last lines."""
+    log = "\n".join(["TASK [x]", "fatal: [mdef1]: FAILED! => {}", *[f"ok {i}" for i in range(100)],
+                     "E   assert 1 == 2", *[f"tail {i}" for i in range(5)]])
+    excerpt = molecule_lanes.failure_excerpt(log, tail=5).splitlines()
+    assert excerpt == ["fatal: [mdef1]: FAILED! => {}", "E   assert 1 == 2", "[...]", *[f"tail {i}" for i in range(5)]]
+    assert molecule_lanes.failure_excerpt("a\nb\nc", tail=2) == "b\nc"
 
 
 def test_main_refuses_lanes_that_leave_a_scenario_out(capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Run molecule scenarios in parallel lanes, each lane in order; print each scenario's whole log when it ends.
 
+At the end come why each failed scenario failed and a table of times: CI keeps only the end of the output.
+
 Scenarios that serve vLLM are CPU-bound on the lab's cores, so they share one lane; the scenarios that do not (the
 driver role on its Ubuntu hosts, the exporter, the model files, the drift timer, the vLLM install) run beside them. Every
 scenario uses its own lab indexes (tests/test_molecule_scenarios.py), so lanes never touch each other's hosts.
@@ -9,6 +11,7 @@ scenario uses its own lab indexes (tests/test_molecule_scenarios.py), so lanes n
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import threading
@@ -17,6 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# Lines that say why a molecule run failed: Ansible's fatal results and recaps, pytest's failures, molecule's verdict.
+FAILURE_LINE = re.compile(r"fatal:|failed:|FAILED|ERROR|CRITICAL|Error|^E  |PLAY RECAP|failed=[1-9]")
 
 
 def parse_lanes(specs: list[str]) -> list[list[str]]:
@@ -31,6 +36,14 @@ def lane_problems(lanes: list[list[str]], scenarios: list[str], every: bool = Tr
     problems += [f"{name!r} is in more than one lane" for name in sorted(set(named)) if named.count(name) > 1]
     problems += [f"no lane runs {name!r}" for name in scenarios if every and name not in named]
     return problems
+
+
+def failure_excerpt(log: str, tail: int = 40, limit: int = 80) -> str:
+    """Return the lines of a failed scenario's log that say why (at most limit), then its last tail lines."""
+    lines = log.splitlines()
+    body = lines[:-tail] if tail else lines
+    hits = [line for line in body if FAILURE_LINE.search(line)][-limit:]
+    return "\n".join([*hits, "[...]", *lines[-tail:]] if hits else lines[-tail:])
 
 
 class LaneRunner:
@@ -79,6 +92,12 @@ class LaneRunner:
                 for name, lane, seconds, ok in self.results]
         return "\n".join(["| scenario | lane | seconds | result |", "|---|---:|---:|---|", *rows])
 
+    def failures(self) -> str:
+        """Return, for each failed scenario, why its log says it failed (CI shows only the end of the output)."""
+        return "\n".join(f"==== why molecule {name} failed (whole log above and in {self.log_dir / name}.log)\n"
+                         + failure_excerpt((self.log_dir / f"{name}.log").read_text(errors="replace"))
+                         for name, _, _, ok in self.results if not ok)
+
 
 def main(argv: list[str]) -> int:
     """Check the lanes against molecule/*/molecule.yml, run them, print the summary; 1 on any failure."""
@@ -96,6 +115,8 @@ def main(argv: list[str]) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     runner = LaneRunner(lambda name: ["molecule", "test", "-s", name], log_dir, lambda text: print(text, flush=True))
     passed = runner.run(lanes)
+    if not passed:
+        print(runner.failures())
     print(runner.summary())
     return 0 if passed else 1
 
