@@ -27,11 +27,12 @@ DEFAULT_SLO: dict[str, dict[str, dict[str, float]]] = {
     },
     # The lab (2 cores, tiny model, three scenes on one VM). Its latency swings tenfold with load: batch TTFT p50 was
     # 195 ms under `make lab` and 2,099 ms in a CI run (its first wave of 64 pays CPU compilation). These gates catch a
-    # scene that hangs, fails requests or crawls, not a slow one; docs/slo.md lists the measured figures.
+    # scene that hangs, fails requests or crawls, not a slow one, with about 3x room over the worst figure measured on
+    # an AVX2 lab (whose throughput is 3-5x below the AVX-512 lab's); docs/slo.md lists the measured figures.
     "cpu": {
-        "realtime": {"median_ttft_ms": 2000, "p99_ttft_ms": 5000, "median_tpot_ms": 50, "p99_tpot_ms": 250,
-                     "max_failed": 0, "min_output_throughput": 200},
-        "batch": {"median_ttft_ms": 10000, "p99_ttft_ms": 15000, "median_tpot_ms": 100, "p99_tpot_ms": 500,
+        "realtime": {"median_ttft_ms": 2000, "p99_ttft_ms": 10000, "median_tpot_ms": 100, "p99_tpot_ms": 250,
+                     "max_failed": 0, "min_output_throughput": 100},
+        "batch": {"median_ttft_ms": 10000, "p99_ttft_ms": 15000, "median_tpot_ms": 200, "p99_tpot_ms": 500,
                   "max_failed": 0, "min_output_throughput": 200},
     },
 }
