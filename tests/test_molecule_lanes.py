@@ -75,12 +75,14 @@ def test_a_failure_stops_every_lane_from_starting_more(tmp_path: Path) -> None:
 
 
 def test_the_failure_excerpt_keeps_why_then_the_end() -> None:
-    """Ansible's fatal lines and pytest's E lines from anywhere in the log, then the log's last lines."""
+    """Ansible's fatal lines and pytest's E lines (boxed and coloured by molecule) from anywhere, then the log's end."""
     log = "\n".join(["TASK [x]", "fatal: [mdef1]: FAILED! => {}", *[f"ok {i}" for i in range(100)],
-                     "E   assert 1 == 2", *[f"tail {i}" for i in range(5)]])
+                     "  \x1b[2m│\x1b[0m E   assert 1 == 2", "  │ Every test passed", *[f"tail {i}" for i in range(5)]])
     excerpt = molecule_lanes.failure_excerpt(log, tail=5).splitlines()
-    assert excerpt == ["fatal: [mdef1]: FAILED! => {}", "E   assert 1 == 2", "[...]", *[f"tail {i}" for i in range(5)]]
+    assert excerpt == ["fatal: [mdef1]: FAILED! => {}", "  │ E   assert 1 == 2", "[...]", *[f"tail {i}" for i in range(5)]]
     assert molecule_lanes.failure_excerpt("a\nb\nc", tail=2) == "b\nc"
+    assert molecule_lanes.failure_excerpt("a\nb", tail=5) == "a\nb"
+    assert molecule_lanes.failure_excerpt("fatal: x\nb", tail=0) == "fatal: x\n[...]"
 
 
 def test_main_refuses_lanes_that_leave_a_scenario_out(capsys: pytest.CaptureFixture[str]) -> None:

@@ -20,8 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# Lines that say why a molecule run failed: Ansible's fatal results and recaps, pytest's failures, molecule's verdict.
-FAILURE_LINE = re.compile(r"fatal:|failed:|FAILED|ERROR|CRITICAL|Error|^E  |PLAY RECAP|failed=[1-9]")
+# Lines that say why a molecule run failed: Ansible's fatal results and failed recap rows, pytest's failures
+# (molecule boxes the output of the commands it runs in "  │ "), molecule's verdict.
+FAILURE_LINE = re.compile(r"fatal:|failed:|FAILED|ERROR|CRITICAL|Error|^\s*(?:│ )?E  |failed=[1-9]")
+COLOUR = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def parse_lanes(specs: list[str]) -> list[list[str]]:
@@ -39,11 +41,11 @@ def lane_problems(lanes: list[list[str]], scenarios: list[str], every: bool = Tr
 
 
 def failure_excerpt(log: str, tail: int = 40, limit: int = 80) -> str:
-    """Return the lines of a failed scenario's log that say why (at most limit), then its last tail lines."""
-    lines = log.splitlines()
-    body = lines[:-tail] if tail else lines
-    hits = [line for line in body if FAILURE_LINE.search(line)][-limit:]
-    return "\n".join([*hits, "[...]", *lines[-tail:]] if hits else lines[-tail:])
+    """Return the lines of a failed scenario's log that say why (at most limit), then its last tail lines, uncoloured."""
+    lines = COLOUR.sub("", log).splitlines()
+    split = max(len(lines) - tail, 0)
+    hits = [line for line in lines[:split] if FAILURE_LINE.search(line)][-limit:]
+    return "\n".join([*hits, "[...]", *lines[split:]] if hits else lines[split:])
 
 
 class LaneRunner:
@@ -56,12 +58,16 @@ class LaneRunner:
         self.lock = threading.Lock()
         self.results: list[tuple[str, int, float, bool]] = []
 
+    def log_path(self, scenario: str) -> Path:
+        """Return where a scenario's log goes."""
+        return self.log_dir / f"{scenario}.log"
+
     def run_lane(self, number: int, lane: list[str]) -> None:
         """Run one lane's scenarios in order until one fails or another lane has failed."""
         for scenario in lane:
             if self.failed.is_set():
                 return
-            log = self.log_dir / f"{scenario}.log"
+            log = self.log_path(scenario)
             with self.lock:
                 self.out(f"==== molecule {scenario} (lane {number}): started, log in {log}")
             started = time.monotonic()
@@ -94,8 +100,8 @@ class LaneRunner:
 
     def failures(self) -> str:
         """Return, for each failed scenario, why its log says it failed (CI shows only the end of the output)."""
-        return "\n".join(f"==== why molecule {name} failed (whole log above and in {self.log_dir / name}.log)\n"
-                         + failure_excerpt((self.log_dir / f"{name}.log").read_text(errors="replace"))
+        return "\n".join(f"==== why molecule {name} failed (whole log above and in {self.log_path(name)})\n"
+                         + failure_excerpt(self.log_path(name).read_text(errors="replace"))
                          for name, _, _, ok in self.results if not ok)
 
 
