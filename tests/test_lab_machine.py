@@ -57,3 +57,27 @@ def test_processes_not_of_the_lab_are_left_alone(hosts: list[tuple[subprocess.Po
     machine.stop([(hosts[0][0].pid, plan("other"))], timeout=0.3)
     time.sleep(0.2)
     assert hosts[0][0].poll() is None
+
+
+def booting_host(monkeypatch: pytest.MonkeyPatch, states: list[str]) -> list[str]:
+    """Make wait_ready see a live host whose systemctl prints `states` in turn and whose SSH port answers."""
+    answers = iter(states)
+    monkeypatch.setattr(machine, "process_cmdline", lambda pid: ["systemd-nspawn"])
+    monkeypatch.setattr(machine, "container_init", lambda pid: 2)
+    monkeypatch.setattr(machine, "in_machine", lambda init, argv, check: subprocess.CompletedProcess(
+        argv, 0, stdout=next(answers) if "is-system-running" in argv else "foo.service failed\n", stderr=""))
+    monkeypatch.setattr(machine.socket, "create_connection", lambda address, timeout: open("/dev/null"))
+    return states
+
+
+def test_a_host_still_marking_itself_booted_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """systemctl's "offline" and silence right after init appears mean booting, not failed (a race on busy CI)."""
+    booting_host(monkeypatch, ["offline\n", "", "offline\n", "running\n"])
+    machine.wait_ready(1, plan("h1"), timeout=10)
+
+
+def test_a_degraded_host_fails_with_its_failed_units(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A boot that ends degraded names the host and the units that failed."""
+    booting_host(monkeypatch, ["offline\n", "degraded\n"])
+    with pytest.raises(machine.LabError, match="h1: systemd is degraded; failed units: foo.service failed"):
+        machine.wait_ready(1, plan("h1"), timeout=10)
