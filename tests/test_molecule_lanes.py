@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -59,9 +60,14 @@ def test_a_failure_stops_every_lane_from_starting_more(tmp_path: Path) -> None:
     """After 'bad' fails, neither its lane nor the other starts another scenario; the run fails."""
     printed: list[str] = []
 
+    slow_started = threading.Event()
+
     def fake_molecule(name: str) -> list[str]:
-        """A scenario run that prints its name; 'bad' fails; 'slow' starts only once the other lane has failed."""
+        """A scenario run that prints its name; 'bad' fails once 'slow' has started, 'slow' ends after that."""
+        if name == "bad":
+            assert slow_started.wait(30)
         if name == "slow":
+            slow_started.set()
             assert runner.failed.wait(30)
         return ["sh", "-c", f"echo running {name}; [ {name} != bad ]"]
 
@@ -72,17 +78,41 @@ def test_a_failure_stops_every_lane_from_starting_more(tmp_path: Path) -> None:
     assert any(line.startswith("==== molecule bad (lane 1): FAILED") for line in printed)
     assert "running bad\n" in printed
     assert runner.failures().startswith("==== why molecule bad failed") and "slow" not in runner.failures()
+    assert runner.failures().endswith("running bad")
 
 
-def test_the_failure_excerpt_keeps_why_then_the_end() -> None:
-    """Ansible's fatal lines and pytest's E lines (boxed and coloured by molecule) from anywhere, then the log's end."""
-    log = "\n".join(["TASK [x]", "fatal: [mdef1]: FAILED! => {}", *[f"ok {i}" for i in range(100)],
-                     "  \x1b[2m│\x1b[0m E   assert 1 == 2", "  │ Every test passed", *[f"tail {i}" for i in range(5)]])
-    excerpt = molecule_lanes.failure_excerpt(log, tail=5).splitlines()
-    assert excerpt == ["fatal: [mdef1]: FAILED! => {}", "  │ E   assert 1 == 2", "[...]", *[f"tail {i}" for i in range(5)]]
-    assert molecule_lanes.failure_excerpt("a\nb\nc", tail=2) == "b\nc"
-    assert molecule_lanes.failure_excerpt("a\nb", tail=5) == "a\nb"
-    assert molecule_lanes.failure_excerpt("fatal: x\nb", tail=0) == "fatal: x\n[...]"
+# A failed `lab up` as molecule logs it: boxed, coloured, Ansible's YAML results (a loop item, then the loop).
+LAB_UP_FAILED = """  \x1b[2m│\x1b[0m TASK [Start the lab hosts]
+  \x1b[2m\x1b[31m│\x1b[0m \x1b[0;31m[ERROR]: Task failed: Action failed.\x1b[0m
+  \x1b[2m\x1b[31m│\x1b[0m \x1b[0;31mfailed: [localhost] (item=mdft) => \x1b[0m
+  \x1b[2m\x1b[31m│\x1b[0m \x1b[0;31m    cmd:\x1b[0m
+  \x1b[2m\x1b[31m│\x1b[0m \x1b[0;31m    - /repo/tools/lab\x1b[0m
+  \x1b[2m\x1b[31m│\x1b[0m \x1b[0;31m    msg: non-zero return code\x1b[0m
+  \x1b[2m\x1b[31m│\x1b[0m \x1b[0;31m    rc: 1\x1b[0m
+  \x1b[2m\x1b[31m│\x1b[0m \x1b[0;31m    stderr: 'lab: error: mdft1: systemd is degraded; failed units:\x1b[0m
+  \x1b[2m\x1b[31m│\x1b[0m \x1b[0;31m        foo.service'\x1b[0m
+  \x1b[2m\x1b[31m│\x1b[0m \x1b[0;31m    stderr_lines: <omitted>\x1b[0m
+  \x1b[2m\x1b[31m│\x1b[0m \x1b[1;31mfatal: [localhost]: FAILED! => \x1b[0m
+  \x1b[2m\x1b[31m│\x1b[0m \x1b[1;31m    msg: All items completed\x1b[0m
+  \x1b[2m│\x1b[0m
+  \x1b[2m│\x1b[0m PLAY RECAP ****
+"""
+
+
+def test_the_reason_is_the_failed_result_without_its_noise() -> None:
+    """The task and the item's msg, rc and stderr; not cmd, *_lines nor the loop's 'All items completed'."""
+    assert molecule_lanes.failure_reason(LAB_UP_FAILED + "ok\n" * 500).splitlines() == [
+        "TASK [Start the lab hosts]", "failed: [localhost] (item=mdft) =>", "    msg: non-zero return code",
+        "    rc: 1", "    stderr: 'lab: error: mdft1: systemd is degraded; failed units:", "        foo.service'"]
+
+
+def test_the_reason_adds_pytest_errors_falls_back_to_the_end_and_fits_its_width() -> None:
+    """pytest's E lines (boxed by molecule) come after the result; a log without either gives its end."""
+    reason = molecule_lanes.failure_reason(LAB_UP_FAILED + "  │ E   assert 'running' == 'failed'\n")
+    assert reason.endswith("\nE   assert 'running' == 'failed'")
+    assert molecule_lanes.failure_reason("\n".join(f"line {i}" for i in range(100))).splitlines()[0] == "line 85"
+    clipped = molecule_lanes.failure_reason(LAB_UP_FAILED, width=60)
+    assert len(clipped) == 60 and clipped.endswith(" [...]")
 
 
 def test_main_refuses_lanes_that_leave_a_scenario_out(capsys: pytest.CaptureFixture[str]) -> None:

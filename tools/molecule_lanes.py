@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run molecule scenarios in parallel lanes, each lane in order; print each scenario's whole log when it ends.
 
-At the end come why each failed scenario failed and a table of times: CI keeps only the end of the output.
+At the end come a table of times, then, in a few lines, why each failed scenario failed: CI keeps only the output's end.
 
 Scenarios that serve vLLM are CPU-bound on the lab's cores, so they share one lane; the scenarios that do not (the
 driver role on its Ubuntu hosts, the exporter, the model files, the drift timer, the vLLM install) run beside them. Every
@@ -20,10 +20,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# Lines that say why a molecule run failed: Ansible's fatal results and failed recap rows, pytest's failures
-# (molecule boxes the output of the commands it runs in "  │ "), molecule's verdict.
-FAILURE_LINE = re.compile(r"fatal:|failed:|FAILED|ERROR|CRITICAL|Error|^\s*(?:│ )?E  |failed=[1-9]")
 COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+# molecule boxes the output of the commands it runs in "  │ ".
+BOX = re.compile(r"^ *│ ?")
+TASK = re.compile(r"^TASK \[(.*)\]")
+RESULT = re.compile(r"^(?:fatal|failed): \[")
+RESULT_KEY = re.compile(r"^    (\w+):")
+# The fields of a failed Ansible result that say why; the rest (cmd, *_lines, times) only take room.
+WHY_KEYS = {"msg", "rc", "stderr", "stdout", "module_stderr", "assertion"}
+PYTEST_ERROR = re.compile(r"^E  ")
 
 
 def parse_lanes(specs: list[str]) -> list[list[str]]:
@@ -40,12 +45,39 @@ def lane_problems(lanes: list[list[str]], scenarios: list[str], every: bool = Tr
     return problems
 
 
-def failure_excerpt(log: str, tail: int = 40, limit: int = 80) -> str:
-    """Return the lines of a failed scenario's log that say why (at most limit), then its last tail lines, uncoloured."""
-    lines = COLOUR.sub("", log).splitlines()
-    split = max(len(lines) - tail, 0)
-    hits = [line for line in lines[:split] if FAILURE_LINE.search(line)][-limit:]
-    return "\n".join([*hits, "[...]", *lines[split:]] if hits else lines[split:])
+def plain_lines(log: str) -> list[str]:
+    """Return a molecule log's lines without colours and without the box molecule draws around command output."""
+    return [BOX.sub("", COLOUR.sub("", line)) for line in log.splitlines()]
+
+
+def failed_results(lines: list[str]) -> list[list[str]]:
+    """Return each failed Ansible result as its task line, its first line and only the fields that say why."""
+    results, task = [], ""
+    for start, line in enumerate(lines):
+        if match := TASK.match(line):
+            task = f"TASK [{match[1]}]"
+        if not RESULT.match(line):
+            continue
+        kept, keep = [task, line.rstrip()], False
+        for field in lines[start + 1:]:
+            if not field.startswith(" "):
+                break
+            if key := RESULT_KEY.match(field):
+                keep = key[1] in WHY_KEYS
+            if keep:
+                kept.append(field.rstrip()[:300])
+        results.append(kept)
+    # A loop's summary ("All items completed") repeats the failed item printed just before it.
+    return [r for r in results if r[2:] != ["    msg: All items completed"]]
+
+
+def failure_reason(log: str, width: int = 1500) -> str:
+    """Return in at most width characters why a scenario failed: its last failed result and pytest's E lines."""
+    lines = plain_lines(log)
+    results = failed_results(lines)
+    why = [*(results[-1] if results else []), *[line for line in lines if PYTEST_ERROR.match(line)][-12:]]
+    text = "\n".join(why or lines[-15:])
+    return text if len(text) <= width else text[:width - 6] + " [...]"
 
 
 class LaneRunner:
@@ -98,11 +130,12 @@ class LaneRunner:
                 for name, lane, seconds, ok in self.results]
         return "\n".join(["| scenario | lane | seconds | result |", "|---|---:|---:|---|", *rows])
 
-    def failures(self) -> str:
-        """Return, for each failed scenario, why its log says it failed (CI shows only the end of the output)."""
+    def failures(self, width: int = 1500) -> str:
+        """Return, in at most about width characters, why each failed scenario failed."""
+        failed = [name for name, _, _, ok in self.results if not ok]
         return "\n".join(f"==== why molecule {name} failed (whole log above and in {self.log_path(name)})\n"
-                         + failure_excerpt(self.log_path(name).read_text(errors="replace"))
-                         for name, _, _, ok in self.results if not ok)
+                         + failure_reason(self.log_path(name).read_text(errors="replace"), width // len(failed))
+                         for name in failed)
 
 
 def main(argv: list[str]) -> int:
@@ -121,9 +154,9 @@ def main(argv: list[str]) -> int:
     log_dir.mkdir(parents=True, exist_ok=True)
     runner = LaneRunner(lambda name: ["molecule", "test", "-s", name], log_dir, lambda text: print(text, flush=True))
     passed = runner.run(lanes)
+    print(runner.summary())
     if not passed:
         print(runner.failures())
-    print(runner.summary())
     return 0 if passed else 1
 
 
