@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from conftest import REPO
 
 LAB, FIRST_INDEX = "itest", 201
 LAB_TOOL = str(REPO / "tools" / "lab")
+STATE = Path("/var/lib/vllm-fleet-lab")
 ENV = {**os.environ, "VFL_LAB": LAB, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root")
@@ -57,7 +59,7 @@ def test_hosts_boot_with_systemd_and_answer_ansible(two_hosts: list[dict[str, ob
 
 def test_file_server_reaches_lab_hosts_only(two_hosts: list[dict[str, object]]) -> None:
     """Lab hosts fetch from the lab file server at 10.213.0.1:8213."""
-    marker = Path("/var/lib/vllm-fleet-lab/www/itest-marker.txt")
+    marker = STATE / "www" / "itest-marker.txt"
     marker.write_text("itest\n")
     try:
         url = "url=http://10.213.0.1:8213/itest-marker.txt return_content=true"
@@ -84,7 +86,7 @@ def test_index_in_use_is_refused_and_nothing_created(two_hosts: list[dict[str, o
     assert clash.stderr.strip().splitlines() == [
         f"lab: error: lab index {FIRST_INDEX + 1} is in use by host itest2 of lab 'itest': "
         "pick another --first-index, or run `lab down --lab itest`"]
-    assert not Path("/var/lib/vllm-fleet-lab/labs/iclash").exists()
+    assert not (STATE / "labs" / "iclash").exists()
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -108,16 +110,22 @@ def test_without_root_says_so() -> None:
 
 
 def test_down_leaves_nothing_behind() -> None:
-    """After down: no nspawn process, netns, veth, mount or state of the lab; NAT gone when no lab is left."""
+    """After down: no nspawn process, netns, veth, mount or state of the lab; NAT gone when no lab is left; the
+    hosts' files are gone from the trash soon after."""
     lab("up", "--hosts=2", f"--first-index={FIRST_INDEX}")
     lab("down")
+    assert not (STATE / "labs" / LAB).exists()
+    deadline = time.monotonic() + 60
+    while list((STATE / "trash").glob(f"{LAB}*")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not list((STATE / "trash").glob(f"{LAB}*"))
     netns = subprocess.run(["ip", "netns", "list"], text=True, capture_output=True, check=True).stdout
     links = subprocess.run(["ip", "-o", "link"], text=True, capture_output=True, check=True).stdout
     assert not [m for m in live_nspawn_machines() if m.startswith(LAB)]
     assert f"vfl{FIRST_INDEX}" not in netns and f"vfl{FIRST_INDEX + 1}" not in netns
     assert f"vfl{FIRST_INDEX}@" not in links and f"vfl{FIRST_INDEX + 1}@" not in links
     assert f"/labs/{LAB}/" not in Path("/proc/mounts").read_text()
-    if not list(Path("/var/lib/vllm-fleet-lab/labs").glob("*")):
+    if not list((STATE / "labs").glob("*")):
         rules = subprocess.run(["iptables-save"], text=True, capture_output=True, check=True).stdout
         assert "vllm-fleet-lab" not in rules
         lo = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], text=True, capture_output=True, check=True)

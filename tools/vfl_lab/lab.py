@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -69,13 +71,33 @@ def read_mirror() -> str:
     return debian_mirror(sources)
 
 
+def _delete_in_background(paths: list[Path]) -> None:
+    """Start one detached `rm` for paths; the lab command does not wait for it."""
+    if paths:
+        subprocess.Popen(["rm", "-rf", "--one-file-system", *map(str, paths)], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _discard(host_dir: Path, trash: Path) -> None:
+    """Move a host's directory to the trash and delete it in the background.
+
+    A served host's overlay holds gigabytes in ~70,000 files (the release, caches): deleting them took 19 s per host,
+    which every `lab down` waited for. A move on the same filesystem is instant.
+    """
+    if host_dir.exists():
+        trash.mkdir(exist_ok=True)
+        moved = trash / f"{host_dir.name}-{time.time_ns()}"
+        host_dir.rename(moved)
+        _delete_in_background([moved])
+
+
 def _teardown(lab: Lab, record: HostRecord) -> None:
     """Stop one host (if still up) and remove its overlay, network and record."""
     machine.stop([(record.pid, record.plan)])
     host_dir = lab.host_dir(record.plan)
     machine.unmount(host_dir)
     network.destroy(record.plan)
-    shutil.rmtree(host_dir, ignore_errors=True)
+    _discard(host_dir, lab.state_dir / "trash")
 
 
 def _check_free(lab: Lab, plans: list[HostPlan], live: set[str]) -> None:
@@ -94,10 +116,12 @@ def _check_free(lab: Lab, plans: list[HostPlan], live: set[str]) -> None:
 
 
 def _release_shared(state_dir: Path) -> None:
-    """Remove the NAT rules and the file server once no lab has hosts any more."""
+    """Remove the NAT rules, the file server and the trash once no lab has hosts any more."""
     if not any(lab.records() for lab in all_labs(state_dir)):
         network.disable_nat(state_dir / "nat.json")
         fileserver.stop(state_dir)
+        # What a deletion cut short (a reboot) left in the trash; one still running just races harmlessly.
+        _delete_in_background(sorted((state_dir / "trash").glob("*")))
 
 
 def _write_known_hosts(lab: Lab) -> None:
