@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from vfl_lab import machine
+from vfl_lab import machine, system
 from vfl_lab.plan import HostPlan
 
 # Exits one second after SIGTERM, as a booted host does once its services have stopped.
@@ -81,3 +81,14 @@ def test_a_degraded_host_fails_with_its_failed_units(monkeypatch: pytest.MonkeyP
     booting_host(monkeypatch, ["offline\n", "degraded\n"])
     with pytest.raises(machine.LabError, match="h1: systemd is degraded; failed units: foo.service failed"):
         machine.wait_ready(1, plan("h1"), timeout=10)
+
+
+def test_init_counts_only_once_nspawn_has_executed_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PID 1 of the machine still named like nspawn sees the host (systemctl would answer for it): not yet init."""
+    names = {10: "systemd-nspawn", 11: "systemd-nspawn"}
+    monkeypatch.setattr(system, "children", lambda pid: [11] if pid == 10 else [])
+    monkeypatch.setattr(system, "namespace_pid", lambda pid: 1 if pid == 11 else pid)
+    monkeypatch.setattr(system, "process_name", names.get)
+    assert system.container_init(10) is None
+    names[11] = "systemd"
+    assert system.container_init(10) == 11

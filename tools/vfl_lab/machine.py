@@ -14,8 +14,8 @@ from pathlib import Path
 from .plan import HostPlan, LabError
 from .system import children, container_init, in_machine, process_cmdline, run
 
-# What systemctl says in the first instants after the init process appears: "offline" until systemd has marked itself
-# booted, nothing until its bus is open. Measured: ~0.1 s on an idle machine, longer on a busy one; ask again.
+# What systemctl says while the machine's systemd starts: nothing until its bus is open (0.3 s of a 1.2 s boot
+# measured on an idle machine, longer on a busy one), "offline" until it has marked itself booted. Ask again.
 BOOTING = {"", "offline"}
 
 

@@ -65,13 +65,25 @@ def namespace_pid(pid: int) -> int | None:
     return None
 
 
+def process_name(pid: int) -> str:
+    """Return the name (comm) of a live process, or "" when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def container_init(nspawn_pid: int) -> int | None:
-    """Return the host pid of PID 1 inside the machine that an nspawn process runs."""
+    """Return the host pid of PID 1 inside the machine that an nspawn process runs, once it runs the machine's init.
+
+    Until nspawn's child executes the init it still sees the host's files: systemctl there answers for the host
+    ("offline" here, the host's own state on a systemd host); measured 0.12 s of a 1.2 s boot.
+    """
     todo = [nspawn_pid]
     while todo:
         pid = todo.pop()
         if pid != nspawn_pid and namespace_pid(pid) == 1:
-            return pid
+            return pid if process_name(pid) not in ("", process_name(nspawn_pid)) else None
         todo += children(pid)
     return None
 
