@@ -1,4 +1,4 @@
-"""The lab's power-off of its hosts, on stand-in processes that look like nspawn and take a while to shut down."""
+"""The lab machine: power-off on stand-in processes that take a while to shut down, boot readiness, the trash."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from vfl_lab import machine, system
+from vfl_lab import lab, machine, system
 from vfl_lab.plan import HostPlan
 
 # Exits one second after SIGTERM, as a booted host does once its services have stopped.
@@ -92,3 +93,12 @@ def test_init_counts_only_once_nspawn_has_executed_it(monkeypatch: pytest.Monkey
     assert system.container_init(10) is None
     names[11] = "systemd"
     assert system.container_init(10) == 11
+
+
+def test_only_old_trash_is_swept(tmp_path: Path) -> None:
+    """Entries a running rm still deletes (moved in the last 10 min) are left to it; older or unnamed ones are swept."""
+    now = 2_000 * 10**9
+    for name in ("lab1-1999000000000", "lab2-1000000000000", "odd"):
+        (tmp_path / name).mkdir()
+    assert lab.stale_trash(tmp_path, now) == [tmp_path / "lab2-1000000000000", tmp_path / "odd"]
+    assert lab.stale_trash(tmp_path / "missing", now) == []

@@ -78,6 +78,15 @@ def _delete_in_background(paths: list[Path]) -> None:
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
+def stale_trash(trash: Path, now_ns: int, age_s: int = 600) -> list[Path]:
+    """Return what a deletion cut short (a reboot) left in the trash: entries moved there over age_s ago."""
+    def moved_ns(entry: Path) -> int:
+        """Return when an entry was moved to the trash, from its name (0 when the name does not say)."""
+        stamp = entry.name.rpartition("-")[2]
+        return int(stamp) if stamp.isdigit() else 0
+    return sorted(e for e in trash.glob("*") if moved_ns(e) < now_ns - age_s * 10**9)
+
+
 def _discard(host_dir: Path, trash: Path) -> None:
     """Move a host's directory to the trash and delete it in the background.
 
@@ -120,8 +129,7 @@ def _release_shared(state_dir: Path) -> None:
     if not any(lab.records() for lab in all_labs(state_dir)):
         network.disable_nat(state_dir / "nat.json")
         fileserver.stop(state_dir)
-        # What a deletion cut short (a reboot) left in the trash; one still running just races harmlessly.
-        _delete_in_background(sorted((state_dir / "trash").glob("*")))
+        _delete_in_background(stale_trash(state_dir / "trash", time.time_ns()))
 
 
 def _write_known_hosts(lab: Lab) -> None:
