@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
+from vfl_lab.cli import DEFAULT_STATE_DIR
 
 LAB, FIRST_INDEX = "itest", 201
 LAB_TOOL = str(REPO / "tools" / "lab")
-STATE = Path("/var/lib/vllm-fleet-lab")
+STATE = Path(DEFAULT_STATE_DIR)
 ENV = {**os.environ, "VFL_LAB": LAB, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root")

@@ -60,7 +60,7 @@ def test_processes_not_of_the_lab_are_left_alone(hosts: list[tuple[subprocess.Po
     assert hosts[0][0].poll() is None
 
 
-def booting_host(monkeypatch: pytest.MonkeyPatch, states: list[str]) -> list[str]:
+def booting_host(monkeypatch: pytest.MonkeyPatch, states: list[str]) -> None:
     """Make wait_ready see a live host whose systemctl prints `states` in turn and whose SSH port answers."""
     answers = iter(states)
     monkeypatch.setattr(machine, "process_cmdline", lambda pid: ["systemd-nspawn"])
@@ -68,7 +68,6 @@ def booting_host(monkeypatch: pytest.MonkeyPatch, states: list[str]) -> list[str
     monkeypatch.setattr(machine, "in_machine", lambda init, argv, check: subprocess.CompletedProcess(
         argv, 0, stdout=next(answers) if "is-system-running" in argv else "foo.service failed\n", stderr=""))
     monkeypatch.setattr(machine.socket, "create_connection", lambda address, timeout: open("/dev/null"))
-    return states
 
 
 def test_a_host_still_marking_itself_booted_is_asked_again(monkeypatch: pytest.MonkeyPatch) -> None:
