@@ -1,5 +1,5 @@
 """Ansible filters over vllm-fleet's pure logic (lib/vllm_fleet): scenes, model weights, capacity plans, hardware
-rules, verification, rollouts, in-sync checks and wheelhouse locks."""
+rules, verification, rollouts, in-sync checks, wheelhouse locks and compile-cache bundles."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
 
-from vllm_fleet import FleetError, hardware, in_sync, models, planner, rollout, scenes, verify, wheelhouse  # noqa: E402
+from vllm_fleet import FleetError, compile_cache, hardware, in_sync, models, planner, rollout, scenes, verify, wheelhouse  # noqa: E402
 
 
 def kit_digest(kit_root: str) -> str:
@@ -83,4 +83,10 @@ class FilterModule:
             "vllm_fleet_inputs_digest": inputs_digest,
             "vllm_fleet_release_lock": wheelhouse.release_lock,
             "vllm_fleet_release_install_plan": wheelhouse.install_plan,
+            "vllm_fleet_compile_cache_parts": compile_cache.cache_parts,
+            "vllm_fleet_compile_cache_bundles": compile_cache.scene_bundles,
+            "vllm_fleet_compile_cache_seedable": compile_cache.seedable,
+            "vllm_fleet_compile_cache_unpublished": compile_cache.unpublished,
+            "vllm_fleet_compile_cache_index": compile_cache.index_entries,
+            "vllm_fleet_compile_cache_packers": compile_cache.packers,
         }

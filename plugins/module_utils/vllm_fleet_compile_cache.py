@@ -1,0 +1,277 @@
+"""Compile-cache bundles of the vllm_fleet_compile_cache module: pack a scene's compiled artefacts, seed a cache from
+a bundle only after its digest and key check out, and publish bundles on the controller.
+
+Ansible ships this file to the managed host with the module, so it is stdlib only and runs on Python 3.8+.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+MANIFEST = "vllm-fleet-compile-cache.json"
+# The file in a scene's cache directory that names the bundle whose artefacts the cache holds.
+RECORD = ".vllm-fleet-compile-cache"
+FORMAT = 1
+CHUNK = 1 << 20
+
+
+class BundleError(Exception):
+    """A bundle that must not be used; the message says why."""
+
+
+def sha256_file(path: str) -> str:
+    """Return the SHA-256 hex digest of a file."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_record(scene_cache: str) -> str:
+    """Return the bundle name a scene's cache records, or '' when it records none."""
+    try:
+        with open(os.path.join(scene_cache, RECORD), encoding="utf-8") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
+def write_record(scene_cache: str, name: str) -> bool:
+    """Record that a scene's cache holds the artefacts of bundle `name`; return whether the record changed."""
+    if read_record(scene_cache) == name:
+        return False
+    path = os.path.join(scene_cache, RECORD)
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        handle.write(name + "\n")
+    os.chmod(path + ".tmp", 0o644)
+    os.replace(path + ".tmp", path)
+    return True
+
+
+def present_parts(scene_cache: str, parts: List[str]) -> List[str]:
+    """Return the parts of a scene's cache that exist and hold something."""
+    return [p for p in parts if os.path.isdir(os.path.join(scene_cache, p)) and os.listdir(os.path.join(scene_cache, p))]
+
+
+def pack(scene_cache: str, parts: List[str], name: str, key: Dict[str, Any], archive: str, compressor: str) -> int:
+    """Write the scene's compiled parts and a manifest naming the key into a zstd tar at archive; return its size."""
+    manifest = json.dumps({"vllm_fleet_compile_cache": FORMAT, "name": name, "key": key}, sort_keys=True).encode()
+    fd = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as sink:
+        zstd = subprocess.Popen(compressor.split() + ["-c"], stdin=subprocess.PIPE, stdout=sink)
+        assert zstd.stdin is not None
+        try:
+            with tarfile.open(fileobj=zstd.stdin, mode="w|") as tar:
+                info = tarfile.TarInfo(MANIFEST)
+                info.size, info.mode, info.mtime = len(manifest), 0o644, int(time.time())
+                tar.addfile(info, io.BytesIO(manifest))
+                for part in present_parts(scene_cache, parts):
+                    # Only files and directories travel: a cache's links and sockets belong to its own host.
+                    tar.add(os.path.join(scene_cache, part), arcname=part, filter=_regular_only)
+        finally:
+            zstd.stdin.close()
+            code = zstd.wait()
+    if code != 0:
+        raise BundleError(f"{compressor} exited with {code} while packing {archive}")
+    return os.path.getsize(archive)
+
+
+def _regular_only(info: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
+    """Keep regular files and directories, owned by nobody in particular; drop everything else."""
+    if not (info.isreg() or info.isdir()):
+        return None
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    return info
+
+
+def _safe_member(info: tarfile.TarInfo, parts: List[str]) -> str:
+    """Return a member's relative path, or raise BundleError for anything that could land outside the cache."""
+    path = os.path.normpath(info.name)
+    if info.name.startswith("/") or path.startswith("..") or "/../" in f"/{info.name}/":
+        raise BundleError(f"member {info.name!r} points outside the cache")
+    if not (info.isreg() or info.isdir()):
+        raise BundleError(f"member {info.name!r} is neither a file nor a directory")
+    if path != MANIFEST and not any(path == p or path.startswith(p + "/") or p.startswith(path + "/") for p in parts):
+        raise BundleError(f"member {info.name!r} is not part of a compile cache ({', '.join(parts)})")
+    return path
+
+
+def _members(archive: str, compressor: str) -> Iterator[Tuple[tarfile.TarInfo, tarfile.TarFile]]:
+    """Yield the members of a zstd tar with the open archive, reading it as one stream; raise BundleError if broken."""
+    with tempfile.TemporaryFile() as errors:
+        zstd = subprocess.Popen(compressor.split() + ["-dc", archive], stdout=subprocess.PIPE, stderr=errors)
+        assert zstd.stdout is not None
+        try:
+            with tarfile.open(fileobj=zstd.stdout, mode="r|") as tar:
+                for info in tar:
+                    yield info, tar
+        except (tarfile.TarError, EOFError) as error:
+            raise BundleError(f"the archive is damaged: {error}") from None
+        finally:
+            zstd.stdout.close()
+            code = zstd.wait()
+            errors.seek(0)
+            said = errors.read().decode(errors="replace").strip()
+        if code != 0:
+            raise BundleError(f"the archive is damaged: {said or compressor + ' exited with ' + str(code)}")
+
+
+def extract(archive: str, staging: str, parts: List[str], key: Dict[str, Any], compressor: str,
+            uid: int, gid: int) -> None:
+    """Unpack a bundle into staging, owned by uid:gid, after checking each member and that its manifest names key."""
+    manifest_seen = False
+    for info, tar in _members(archive, compressor):
+        path = _safe_member(info, parts)
+        if path == MANIFEST:
+            source = tar.extractfile(info)
+            found = json.loads(source.read().decode()) if source else {}
+            if found.get("key") != key:
+                raise BundleError("it was built for another release, platform, model or scene configuration "
+                                  f"(its key: {json.dumps(found.get('key'), sort_keys=True)[:600]})")
+            manifest_seen = True
+            continue
+        if not manifest_seen:
+            raise BundleError("its manifest does not come first")
+        target = os.path.join(staging, path)
+        _make_dirs(staging, path if info.isdir() else os.path.dirname(path), uid, gid)
+        if info.isreg():
+            source = tar.extractfile(info)
+            assert source is not None
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "wb") as sink:
+                shutil.copyfileobj(source, sink, CHUNK)
+            # The service needs what it compiled as it was: executable kernels stay executable; nothing setuid.
+            os.chmod(target, 0o750 if info.mode & 0o100 else 0o640)
+            os.utime(target, (info.mtime, info.mtime))
+            os.chown(target, uid, gid)
+    if not manifest_seen:
+        raise BundleError("it holds no manifest")
+
+
+def _make_dirs(staging: str, relative: str, uid: int, gid: int) -> None:
+    """Create each missing directory of relative under staging, 0750 and owned by uid:gid."""
+    current = staging
+    for name in [n for n in relative.split("/") if n not in ("", ".")]:
+        current = os.path.join(current, name)
+        if not os.path.isdir(current):
+            os.mkdir(current, 0o750)
+            os.chown(current, uid, gid)
+
+
+def merge_into(staging: str, scene_cache: str) -> List[str]:
+    """Move what staging holds into the cache where the cache lacks it, a whole subtree per rename; return what moved.
+
+    Nothing of the cache is replaced: an entry the cache already has keeps the host's own version."""
+    moved = []
+    for entry in sorted(os.listdir(staging)):
+        source, target = os.path.join(staging, entry), os.path.join(scene_cache, entry)
+        if not os.path.lexists(target):
+            os.rename(source, target)
+            moved.append(entry)
+        elif os.path.isdir(source) and os.path.isdir(target) and not os.path.islink(target):
+            moved += [f"{entry}/{inner}" for inner in merge_into(source, target)]
+    return moved
+
+
+def seed(archive: str, checksum: str, scene_cache: str, name: str, key: Dict[str, Any], parts: List[str],
+         compressor: str, uid: int, gid: int) -> List[str]:
+    """Seed a scene's cache from a bundle: digest first, then a private staging unpack, then the moves; return them.
+
+    Raises BundleError (the cache untouched, the staging removed) when the bundle must not be used."""
+    try:
+        actual = sha256_file(archive)
+    except OSError as error:
+        raise BundleError(f"it could not be read: {error}") from None
+    if actual != checksum:
+        raise BundleError(f"its SHA-256 is {actual}, not the published {checksum}")
+    # mkdtemp makes it 0700; beside the cache, so each move is a rename on one file system.
+    staging = tempfile.mkdtemp(prefix=f".staging-{os.path.basename(scene_cache)}-", dir=os.path.dirname(scene_cache))
+    try:
+        extract(archive, staging, parts, key, compressor, uid, gid)
+        moved = merge_into(staging, scene_cache)
+    except (tarfile.TarError, EOFError) as error:
+        raise BundleError(f"the archive is damaged: {error}") from None
+    except OSError as error:  # a full disk, for one
+        raise BundleError(f"unpacking it failed: {error}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    write_record(scene_cache, name)
+    return moved
+
+
+def publish(incoming: str, store: str, name: str, key: Dict[str, Any], keep: int) -> Dict[str, Any]:
+    """Publish a fetched bundle in the controller's store under its digest, then its index entry; prune the scene's.
+
+    The index entry (NAME.json) is written last and atomically: a reader sees a whole bundle or none."""
+    checksum = sha256_file(incoming)
+    archive = f"{name}.{checksum[:16]}.tar.zst"
+    os.replace(incoming, os.path.join(store, archive))
+    os.chmod(os.path.join(store, archive), 0o600)
+    entry = {"vllm_fleet_compile_cache": FORMAT, "name": name, "scene": key["scene"], "archive": archive,
+             "sha256": checksum, "size": os.path.getsize(os.path.join(store, archive)), "published": time.time(),
+             "key": key}
+    previous = index(store).get(name)
+    _write_json(os.path.join(store, name + ".json"), entry)
+    if previous and previous["archive"] != archive:
+        _remove(os.path.join(store, previous["archive"]))
+    pruned = doomed(list(index(store).values()), keep)
+    for old in pruned:
+        stale = index(store).get(old)
+        _remove(os.path.join(store, old + ".json"))
+        if stale:
+            _remove(os.path.join(store, stale["archive"]))
+    return {"archive": archive, "sha256": checksum, "pruned": pruned}
+
+
+def doomed(published: List[Dict[str, Any]], keep: int) -> List[str]:
+    """Return the bundle names to delete so that at most `keep` of each scene remain, the newest kept."""
+    by_scene: Dict[str, List[Dict[str, Any]]] = {}
+    for entry in published:
+        by_scene.setdefault(entry["scene"], []).append(entry)
+    out: List[str] = []
+    for entries in by_scene.values():
+        ordered = sorted(entries, key=lambda e: (e["published"], e["name"]), reverse=True)
+        out += [e["name"] for e in ordered[max(keep, 1):]]
+    return sorted(out)
+
+
+def index(store: str) -> Dict[str, Dict[str, Any]]:
+    """Return the store's published bundles by name (entries that do not parse are left out)."""
+    out = {}
+    for file_name in os.listdir(store):
+        if file_name.endswith(".json"):
+            try:
+                with open(os.path.join(store, file_name), encoding="utf-8") as handle:
+                    entry = json.load(handle)
+                out[entry["name"]] = entry
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+    return out
+
+
+def _write_json(path: str, data: Dict[str, Any]) -> None:
+    """Write JSON to path through a temporary file and a rename."""
+    fd, temporary = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".index-")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, sort_keys=True)
+    os.chmod(temporary, 0o644)
+    os.replace(temporary, path)
+
+
+def _remove(path: str) -> None:
+    """Remove a file if it is there."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
