@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -104,9 +106,19 @@ def test_bad_input_is_one_line_and_exits_non_zero(args: list[str], message: str)
 
 def test_without_root_says_so() -> None:
     """A non-root user is told the lab needs root."""
-    result = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3", LAB_TOOL,
-                             "up"], text=True, capture_output=True, check=False)
-    assert result.returncode == 1
+    # The checkout may sit below a directory the user cannot enter (a clone under /root, mode 0700): run a copy of the
+    # tool from a directory anyone can read, as root installed it.
+    tool = Path(tempfile.mkdtemp(prefix="vfl-lab-"))
+    try:
+        shutil.copy(LAB_TOOL, tool / "lab")
+        shutil.copytree(REPO / "tools" / "vfl_lab", tool / "vfl_lab", ignore=shutil.ignore_patterns("__pycache__"))
+        for path in [tool, *tool.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        result = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/python3",
+                                 str(tool / "lab"), "up"], cwd=tool, text=True, capture_output=True, check=False)
+    finally:
+        shutil.rmtree(tool)
+    assert result.returncode == 1, result.stderr
     assert "the lab needs root" in result.stderr
 
 
