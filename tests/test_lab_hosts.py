@@ -15,6 +15,7 @@ import pytest
 
 from conftest import REPO
 from vfl_lab.cli import DEFAULT_STATE_DIR
+from vfl_lab.system import children, process_cmdline
 
 LAB, FIRST_INDEX = "itest", 201
 LAB_TOOL = str(REPO / "tools" / "lab")
@@ -41,6 +42,21 @@ def live_nspawn_machines() -> list[str]:
         if "Z" not in state and argv[0].endswith("systemd-nspawn"):
             names += [a.split("=", 1)[1] for a in argv if a.startswith("--machine=")]
     return names
+
+
+def start_time(pid: int) -> str | None:
+    """Return when a process started (field 22 of /proc/<pid>/stat), or None when there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19]
+    except OSError:
+        return None
+
+
+def nspawn_processes(pids: list[int]) -> dict[int, str | None]:
+    """Return the start times of nspawn processes pids and of their nspawn children, by pid."""
+    candidates = [*pids, *(child for pid in pids for child in children(pid))]
+    return {pid: start_time(pid) for pid in candidates
+            if any(arg.endswith("systemd-nspawn") for arg in process_cmdline(pid)[:1])}
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +142,10 @@ def test_down_leaves_nothing_behind() -> None:
     """After down: no nspawn process, netns, veth, mount or state of the lab; NAT gone when no lab is left; the
     hosts' files are gone from the trash soon after."""
     lab("up", "--hosts=2", f"--first-index={FIRST_INDEX}")
+    nspawn = nspawn_processes([host["pid"] for host in json.loads(lab("status").stdout)])
     lab("down")
+    # Right after down, not a while later: not even an exited nspawn its parent has yet to collect (`lab up` races it).
+    assert len(nspawn) >= 2 and [pid for pid, began in nspawn.items() if start_time(pid) == began] == []
     assert not (STATE / "labs" / LAB).exists()
     deadline = time.monotonic() + 60
     while list((STATE / "trash").glob(f"{LAB}*")) and time.monotonic() < deadline:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,13 +26,32 @@ def plan(name: str) -> HostPlan:
     return HostPlan(lab="t", name=name, index=250, netns="n", veth="v", gateway="10.0.0.1", address="10.0.0.2")
 
 
+def start_time(pid: int) -> str | None:
+    """Return when a process started (field 22 of /proc/<pid>/stat), or None when there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()[19]
+    except OSError:
+        return None
+
+
+def reap(proc: subprocess.Popen[bytes], delay: float) -> None:
+    """Collect a stand-in's exit status `delay` s after it exits, as the init that adopts a real nspawn does."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+        time.sleep(delay)
+    proc.wait()
+
+
 @pytest.fixture
-def hosts() -> Iterator[list[tuple[subprocess.Popen[bytes], HostPlan]]]:
-    """Start two stand-ins whose argv is that of `systemd-nspawn --machine=NAME`; kill leftovers after the test."""
+def hosts(request: pytest.FixtureRequest) -> Iterator[list[tuple[subprocess.Popen[bytes], HostPlan]]]:
+    """Start two stand-ins whose argv is that of `systemd-nspawn --machine=NAME`, collected request.param s after they
+    exit (default at once); kill leftovers after the test."""
     started = []
     for name in ("h1", "h2"):
         argv = ["bash", "-c", f'exec -a systemd-nspawn {sys.executable} -c "{SLOW_TO_STOP}" --machine={name}']
-        started.append((subprocess.Popen(argv, stdout=subprocess.PIPE), plan(name)))
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE)
+        threading.Thread(target=reap, args=(proc, getattr(request, "param", 0.0)), daemon=True).start()
+        started.append((proc, plan(name)))
     for proc, _ in started:
         assert proc.stdout and proc.stdout.readline() == b"ready\n"  # its SIGTERM handler is in place
     yield started
@@ -46,6 +68,15 @@ def test_hosts_power_off_at_once(hosts: list[tuple[subprocess.Popen[bytes], Host
     assert [proc.wait(timeout=5) for proc, _ in hosts] == [0, 0]
 
 
+@pytest.mark.parametrize("hosts", [1.0], indirect=True)
+def test_stop_returns_once_the_processes_are_gone(hosts: list[tuple[subprocess.Popen[bytes], HostPlan]]) -> None:
+    """An exited nspawn process (its argv already gone) stays until its parent collects it: stop returns after that."""
+    started = [start_time(proc.pid) for proc, _ in hosts]
+    machine.stop([(proc.pid, host) for proc, host in hosts], timeout=10)
+    assert [start_time(proc.pid) == began for (proc, _), began in zip(hosts, started, strict=True)] == [False, False]
+    assert [proc.wait(timeout=5) for proc, _ in hosts] == [0, 0]
+
+
 def test_a_host_slower_than_the_timeout_is_killed(hosts: list[tuple[subprocess.Popen[bytes], HostPlan]]) -> None:
     """A stop timeout shorter than the host's shutdown ends it with SIGKILL."""
     machine.stop([(hosts[0][0].pid, hosts[0][1])], timeout=0.3)
@@ -58,6 +89,11 @@ def test_processes_not_of_the_lab_are_left_alone(hosts: list[tuple[subprocess.Po
     machine.stop([(hosts[0][0].pid, plan("other"))], timeout=0.3)
     time.sleep(0.2)
     assert hosts[0][0].poll() is None
+
+
+def test_a_host_that_never_booted_is_nothing_to_stop() -> None:
+    """A host whose start failed before nspawn ran is recorded with pid 0: stopping it signals nothing and raises nothing."""
+    machine.stop([(0, plan("h1"))], timeout=0.3)
 
 
 def booting_host(monkeypatch: pytest.MonkeyPatch, states: list[str]) -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import select
+import signal
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from .plan import LabError
@@ -41,6 +44,51 @@ def process_cmdline(pid: int) -> list[str]:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         return []
+
+
+@dataclass(frozen=True)
+class Held:
+    """A process held by a pidfd: what is asked and signalled is that process, never a later one given its pid."""
+
+    pid: int
+    fd: int
+
+    def signal(self, sig: int) -> None:
+        """Send a signal to the process unless it is gone."""
+        try:
+            signal.pidfd_send_signal(self.fd, sig)
+        except ProcessLookupError:
+            pass
+
+    def exited(self) -> bool:
+        """Tell whether every thread of the process has exited (it may still wait for its parent to collect it)."""
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        return bool(poller.poll(0))
+
+    def gone(self) -> bool:
+        """Tell whether the process has exited and its parent has collected it: no trace of it is left."""
+        try:
+            signal.pidfd_send_signal(self.fd, 0)
+        except ProcessLookupError:
+            return True
+        return False
+
+
+def hold(pid: int) -> Held | None:
+    """Return a pidfd on the process that has pid now, or None when there is none; close it with release()."""
+    if pid <= 0:  # what the lab records for a host that failed before it booted
+        return None
+    try:
+        return Held(pid, os.pidfd_open(pid))
+    except ProcessLookupError:
+        return None
+
+
+def release(held: list[Held]) -> None:
+    """Close the pidfds of held processes."""
+    for process in held:
+        os.close(process.fd)
 
 
 def children(pid: int) -> list[int]:
