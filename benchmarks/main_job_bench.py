@@ -1,21 +1,26 @@
 #!/usr/bin/env python3
-"""Time the main job on the lab: fresh host to serving scene, idempotent re-run, cold/warm scene start, install, RAM."""
+"""Time the main job on the lab: fresh host to serving scene, idempotent re-run, cold/warm/seeded scene start,
+install, RAM."""
 
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
 import time
 
-from benchlib import LAB_WWW, REPO, BenchError, Lab, Results, markdown_table, record, timed, write_json
+from benchlib import LAB_STATE, LAB_WWW, REPO, BenchError, Lab, Results, markdown_table, record, timed, write_json
 
 BIN = REPO / ".venv" / "bin"
 LAB = Lab("mjob", 241)  # lab indexes 241..244: far from `make lab-up`, molecule and the other benchmarks
 ENV = LAB.env
 SCENE = "realtime"
-PARTS = ["fresh", "rerun", "restart", "install"]
+STORE = LAB_STATE / "compile-cache"  # the lab inventory's vllm_scenes_compile_cache_store
+PARTS = ["fresh", "rerun", "restart", "seeded", "install"]
+# vLLM's own figure for the compile step of a start: on the cpu flavour Inductor's warm-up is the compilation.
+INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s")
 
 
 def forget_release_bundles() -> None:
@@ -28,6 +33,39 @@ def restart_time(cold: bool) -> float:
     if cold:
         LAB.on_host(1, f"systemctl stop vllm-scene-{SCENE} && find /var/lib/vllm/cache/{SCENE} -mindepth 1 -delete")
     return LAB.restart_time(1, f"vllm-scene-{SCENE}")
+
+
+def seeded_start(results: Results) -> None:
+    """Time a cold start (the host compiles, site.yml then publishes its bundle), then the first start of the same
+    scene with its cache wiped again but seeded from that bundle (site.yml's configure step, without starting it)."""
+    def converge(skip: str) -> list[str]:
+        """site.yml with every task, skipping the given tags."""
+        return LAB.playbook("site.yml", "gpu_hosts", "--skip-tags", skip, "-e", "vllm_fleet_skip_in_sync=false")
+    shutil.rmtree(STORE, ignore_errors=True)  # no bundle: this start compiles
+    cold = restart_time(cold=True)
+    cold_init = init_engine_seconds()
+    timed(converge("verify"), ENV)  # publishes the bundle of the hot cache
+    LAB.on_host(1, f"systemctl stop vllm-scene-{SCENE} && find /var/lib/vllm/cache/{SCENE} -mindepth 1 -delete")
+    timed(converge("verify,vllm_scenes_run"), ENV)
+    seeded = LAB.restart_time(1, f"vllm-scene-{SCENE}")
+    seeded_init = init_engine_seconds()
+    if seeded_init > cold_init / 2:
+        raise BenchError(f"the seeded start's engine init took {seeded_init} s against {cold_init} s cold: it compiled")
+    record(results, f"{SCENE} first start, cold (the host compiles)", cold)
+    record(results, f"{SCENE} first start, seeded from the fleet bundle", seeded)
+    record(results, "seeded / cold", seeded / cold)
+    record(results, "vLLM's init engine (compile and warm-up), cold", cold_init)
+    record(results, "vLLM's init engine (compile and warm-up), seeded", seeded_init)
+
+
+def init_engine_seconds() -> float:
+    """Return vLLM's own 'init engine ... took' figure for the scene's current start on host 1."""
+    log = LAB.on_host(1, f"journalctl -u vllm-scene-{SCENE} -o cat --no-pager "
+                         f"--since \"$(systemctl show -p ExecMainStartTimestamp --value vllm-scene-{SCENE})\"")
+    found = INIT_ENGINE.findall(log)
+    if not found:
+        raise BenchError(f"no 'init engine ... took' line in {SCENE}'s journal since its start")
+    return float(found[-1])
 
 
 def scene_pss_mib() -> float:
@@ -91,7 +129,7 @@ def main() -> int:
     results: Results = {}
     memory: list[float] = []
     try:
-        if {"fresh", "rerun", "restart"} & set(args.parts):
+        if {"fresh", "rerun", "restart", "seeded"} & set(args.parts):
             fresh_main_job(results, args.slow_runs if "fresh" in args.parts else 1)
         if "rerun" in args.parts:
             rerun_and_setup(results, args.runs)
@@ -99,6 +137,8 @@ def main() -> int:
             record(results, f"{SCENE} start, cold compile cache", restart_time(cold=True))
             record(results, f"{SCENE} start, warm compile cache", restart_time(cold=False))
             memory.append(scene_pss_mib())
+        for _ in range(args.runs if "seeded" in args.parts else 0):
+            seeded_start(results)
         if "install" in args.parts:
             install_scaling(results, args.slow_runs)
     except (BenchError, subprocess.CalledProcessError) as error:

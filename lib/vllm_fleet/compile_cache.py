@@ -27,7 +27,7 @@ CPU_ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", 
 
 
 def cache_parts(flavour: str) -> list[str]:
-    """Return the parts of a scene's cache a bundle carries, vLLM's compile cache first (a flavour lacks some)."""
+    """Return the parts of a scene's cache a bundle carries (the cpu flavour has no Triton or FlashInfer)."""
     return list(CACHE_PARTS) if flavour == "cuda" else [p for p in CACHE_PARTS if p not in ("triton", "flashinfer")]
 
 

@@ -8,7 +8,7 @@ module: vllm_fleet_compile_cache
 short_description: Probe, seed, pack and publish the compile-cache bundles of vLLM scenes
 description:
   - C(probe) reads what a bundle key needs from the host - the CPU flags, the installed models' markers, the bundle
-    each scene's cache records and whether its first part (vLLM's compile cache) holds anything - and changes nothing.
+    each scene's cache records and whether any of its compiled parts holds anything - and changes nothing.
   - C(seed) checks a bundle's SHA-256 before it reads it, unpacks it into a private staging directory beside the
     scene's cache, refuses it unless its manifest carries the expected key, and moves into the cache only what the
     cache lacks. A bundle that must not be used is not a failure - the module warns, naming the bundle and why, and
@@ -142,7 +142,7 @@ def probe(params: Dict[str, Any]) -> Dict[str, Any]:
     caches = {scene: os.path.join(params["cache_dir"], scene) for scene in params["scenes"]}
     return {"changed": False, "cpu_flags": flags, "models": models,
             "recorded": {scene: read_record(path) for scene, path in caches.items()},
-            "compiled": {scene: bool(present_parts(path, params["parts"][:1])) for scene, path in caches.items()}}
+            "compiled": {scene: bool(present_parts(path, params["parts"])) for scene, path in caches.items()}}
 
 
 def run_seed(module: AnsibleModule, params: Dict[str, Any]) -> Dict[str, Any]:
