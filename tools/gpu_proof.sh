@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The real-GPU proof of the cuda flavour (docs/gpu-proof.md), one step per call on the GPU host, from the repo root:
-#   receive DIR   keep one carried chunk-NN of the offline wheelhouse (tools/offline_wheelhouse.py) on the host
-#   converge      reassemble the wheelhouse, write the random 7B AWQ model, site.yml, plan, start realtime cold
-#   serve         realtime: cold start time, verify at concurrency 16 and 1, site.yml again, a warm restart
-#   batch         batch in place of realtime: site.yml, plan, cold start, verify at concurrency 64, a warm restart
+#   receive DIR               keep one carried chunk-NN of the offline wheelhouse (tools/offline_wheelhouse.py) on the host
+#   converge [EXTRA...]       reassemble the wheelhouse, write the random 7B AWQ model, site.yml, plan, start realtime
+#                             cold (EXTRA: ansible-playbook arguments, e.g. -e @inventory/extra-vars/FILE.yml)
+#   serve                     realtime: cold start time, verify at concurrency 16 and 1, site.yml again, a warm restart
+#   batch                     batch in place of realtime: site.yml, plan, cold start, verify at 64, a warm restart
+#   compile-cache [EXTRA...]  the fleet compile cache, after converge with the same EXTRA: realtime's cold start is
+#                             host A; site.yml packs and publishes its bundle; the cache moved aside is host B, which
+#                             site.yml seeds from the bundle; host B's first start, timed against A's
 # Each step leaves its logs and reports in $OUT/<step>.tar.gz and prints a short summary.
 set -uo pipefail
 
@@ -33,9 +37,9 @@ timed() {  # timed NAME COMMAND...: run, log to $STATE/NAME.log, record seconds 
   return $rc
 }
 
-start_scene() {  # start_scene NAME: start it from its rendered unit and note when
+start_scene() {  # start_scene NAME [PHASE]: start it from its rendered unit and note when (log scene-NAME[-PHASE].log)
   now >"$STATE/$1.started"
-  python3 tools/run_scene.py start "$1" --log "$STATE/scene-$1.log"
+  python3 tools/run_scene.py start "$1" --log "$STATE/scene-$1${2:+-$2}.log"
 }
 
 wait_healthy() {  # wait_healthy NAME PORT KIND: wait for /health, record the start time as KIND
@@ -56,6 +60,60 @@ verify() {  # verify NAME EXTRA...: plan and verify, reports into $STATE/reports
     -e vllm_verify_report_dir="$STATE/reports-$1" "${@:2}"
 }
 
+# The fleet compile cache (compile-cache step).
+CACHE=/var/lib/vllm/cache/realtime
+STORE=${HOME:-}/.cache/vllm-fleet/compile-cache  # the role's default store: the controller is this host
+ASIDE=/var/lib/vllm-host-a
+
+healthy() {  # healthy NAME PORT LABEL: wait for /health until 575 s into this step; seconds into $STATE/LABEL.seconds
+  local looks=0
+  until curl -sf -o /dev/null "http://127.0.0.1:$2/health"; do
+    sleep 0.5; looks=$((looks + 1))
+    python3 tools/run_scene.py status "$1" >/dev/null || { echo "$1 exited ($3)" | tee -a "$STATE/summary.txt"; return 1; }
+    (( SECONDS < 575 )) || { echo "$1 gave up waiting ($3)" | tee -a "$STATE/summary.txt"; return 1; }
+  done
+  since "$(cat "$STATE/$1.started")" >"$STATE/$3.seconds"
+  echo "$1 $3 start to healthy: $(cat "$STATE/$3.seconds") s$( ((looks)) || echo ' (healthy at the first look: at most)')" \
+    | tee -a "$STATE/summary.txt"
+}
+
+compile_lines() {  # compile_lines LOG LABEL: vLLM's compile and cache lines of one start, verbatim (cut at 400 chars)
+  echo "-- $2: vLLM's compile and cache lines" >>"$STATE/summary.txt"
+  grep -E "torch.compile|Compiling a graph|Directly load|saved AOT|Cache the graph|Dynamo bytecode|Using cache directory|init engine|[Ff]lash[Ii]nfer|JIT|jit|Graph capturing|Model loading took|Starting vLLM server" \
+    "$STATE/$1.log" | grep -v "Initializing a V1 LLM engine" | cut -c1-400 | head -40 >>"$STATE/summary.txt"
+}
+
+tasks_said() {  # tasks_said LOG REGEX: the matching vllm_scenes tasks of an ansible-playbook log and their results
+  echo "-- $1: what the compile-cache tasks printed" >>"$STATE/summary.txt"
+  awk -v re="$2" '/^TASK \[/ { on = ($0 ~ ("^TASK \\[vllm_scenes : (" re ")")) } on && NF' "$STATE/$1.log" \
+    | cut -c1-900 >>"$STATE/summary.txt"
+}
+
+store_listing() {  # store_listing: the controller's bundle store, each index entry and each bundle's parts
+  echo "-- the store $STORE" >>"$STATE/summary.txt"
+  ls -la "$STORE" >>"$STATE/summary.txt" 2>&1
+  for entry in "$STORE"/*.json; do
+    [ -f "$entry" ] || continue
+    python3 -c 'import json, sys; e = json.load(open(sys.argv[1])); k = e.pop("key")
+print(json.dumps(e, sort_keys=True)); print("key:", json.dumps(k, sort_keys=True))' "$entry" >>"$STATE/summary.txt"
+    zstd -dc "$STORE/$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["archive"])' "$entry")" \
+      | tar -tvf - | awk '{ n = split($6, p, "/"); k = (p[1] == "vllm" && n > 2 ? p[1] "/" p[2] : p[1]); if ($1 !~ /^d/) { s[k] += $3; f[k]++ } }
+          END { for (k in s) printf "  %10.1f MiB %6d files  %s\n", s[k] / 1048576, f[k], k }' | sort -k4 >>"$STATE/summary.txt"
+  done
+}
+
+outside_cache() {  # outside_cache: files written since realtime's start outside its cache (where a 2nd host has none)
+  find /var/lib/vllm /run /tmp /root -xdev -newer "$STATE/realtime.started" -type f 2>/dev/null \
+    | grep -v -e "^$CACHE/" -e '^/tmp/site/' -e "^$STATE/" -e '^/root/gpu-wheels' \
+    | awk -F/ '{ print "/" $2 "/" $3 "/" $4 "/" $5 "/" $6 }' | sort | uniq -c | sort -rn | head -40
+}
+
+stop_scene() {  # stop_scene NAME: stop it; its runtime directory goes, as systemd removes it at every stop
+  python3 tools/run_scene.py stop "$1" && rm -rf "/run/vllm-scene-$1"
+}
+
+checkpoint() { cp "$STATE/summary.txt" "$OUT/summary.txt"; }
+
 pack() {  # pack STEP: everything so far into $OUT/STEP.tar.gz, and the summary beside it
   cp "$STATE/summary.txt" "$OUT/summary.txt"
   tar -czf "$OUT/$1.tar.gz" -C "$STATE" --exclude='*.started' .
@@ -72,8 +130,8 @@ case ${1:-} in
       rm -rf "$WHEELS.parts"
     fi
     timed model python3 tools/make_random_awq.py --out "$MODEL" --name qwen2.5-7b-awq-random
-    timed site-1 ansible-playbook "${INVENTORY[@]}" site.yml --skip-tags host_metrics,verify
-    timed plan-realtime ansible-playbook "${INVENTORY[@]}" playbooks/plan.yml
+    timed site-1 ansible-playbook "${INVENTORY[@]}" site.yml --skip-tags host_metrics,verify "${@:2}"
+    timed plan-realtime ansible-playbook "${INVENTORY[@]}" playbooks/plan.yml "${@:2}"
     start_scene realtime
     pack converge
     ;;
@@ -97,8 +155,51 @@ case ${1:-} in
     python3 tools/run_scene.py stop batch && start_scene batch && wait_healthy batch 8001 warm
     pack batch
     ;;
+  compile-cache)
+    ansible_tools
+    # A real host gets zstd from the vllm role's package list; this one installs no packages (vllm_system_packages: []).
+    command -v zstd >/dev/null || { install -m 0755 .gpu-tools/zstd /usr/local/bin/zstd && echo "zstd: carried" >>"$STATE/summary.txt"; }
+    SITE=(ansible-playbook "${INVENTORY[@]}" site.yml --skip-tags host_metrics,verify -v "${@:2}")
+    # Host A: converge started realtime on an empty cache.
+    healthy realtime 8000 cold-hostA || { pack compile-cache; exit 1; }
+    compile_lines scene-realtime cold-hostA
+    { echo "-- written outside $CACHE since the cold start"; outside_cache; } >>"$STATE/summary.txt"
+    { echo "-- host A's cache"; du -sh "$CACHE" "$CACHE"/* "$CACHE"/vllm/*; } >>"$STATE/summary.txt" 2>&1
+    timed site-share "${SITE[@]}"
+    tasks_said site-share "Ask each scene|Name the bundles|Pack each|Bring each|Publish each|Record in each"
+    store_listing
+    checkpoint
+    ls "$STORE"/*.json >/dev/null 2>&1 || { echo "no bundle published" | tee -a "$STATE/summary.txt"; pack compile-cache; exit 1; }
+    # Host B: the same path, empty, and none of the service user's other caches (a second host has neither).
+    stop_scene realtime
+    mkdir -p "$ASIDE/home" && mv "$CACHE" "$ASIDE/realtime"
+    find /var/lib/vllm -mindepth 1 -maxdepth 1 -name '.*' -exec mv -t "$ASIDE/home" {} +
+    { echo "-- host B: /var/lib/vllm and its cache dir before site.yml"; ls -la /var/lib/vllm /var/lib/vllm/cache; } >>"$STATE/summary.txt" 2>&1
+    timed site-seed "${SITE[@]}"
+    tasks_said site-seed "Name each scene|Copy each|Unpack each|Remove the copied|Ask each scene|Name the bundles|Pack each"
+    { echo "-- host B's cache, seeded"; du -sh "$CACHE" "$CACHE"/* "$CACHE"/vllm/*; cat "$CACHE/.vllm-fleet-compile-cache"; } >>"$STATE/summary.txt" 2>&1
+    checkpoint
+    start_scene realtime hostB
+    healthy realtime 8000 seeded-hostB && compile_lines scene-realtime-hostB seeded-hostB
+    python3 -c 'import sys; a, b = (float(open(f).read()) for f in sys.argv[1:]); print(f"host B / host A: {b:.1f} / {a:.1f} s = {b / a:.2f}x")' \
+      "$STATE/cold-hostA.seconds" "$STATE/seeded-hostB.seconds" 2>/dev/null | tee -a "$STATE/summary.txt"
+    checkpoint
+    # What a bundle without FlashInfer's JIT kernels gives host B (the kit's own unit leaves them outside the cache).
+    if (( SECONDS < 390 )) && [ -d "$CACHE/flashinfer" ]; then
+      stop_scene realtime && mv "$CACHE/flashinfer" "$ASIDE/flashinfer-hostB"
+      start_scene realtime no-flashinfer
+      healthy realtime 8000 seeded-without-flashinfer && compile_lines scene-realtime-no-flashinfer seeded-without-flashinfer
+      checkpoint
+    fi
+    if (( SECONDS < 505 )); then
+      stop_scene realtime && start_scene realtime warm
+      healthy realtime 8000 warm-restart && compile_lines scene-realtime-warm warm-restart
+    fi
+    { echo "-- step took ${SECONDS} s"; ls -la /var/lib/vllm; du -sh "$ASIDE"/*; } >>"$STATE/summary.txt" 2>&1
+    pack compile-cache
+    ;;
   *)
-    sed -n '2,7p' "$0"
+    sed -n '2,11p' "$0"
     exit 2
     ;;
 esac
