@@ -7,11 +7,13 @@ LAB_DISTRO ?= debian12
 # The lab's file server (tools/lab) serves this directory to lab hosts; the lab inventory points there.
 LAB_WWW := /var/lib/vllm-fleet-lab/www
 # Molecule scenarios in two lanes that run at once, each in order (tools/molecule_lanes.py). Those that serve vLLM
-# are CPU-bound on the lab's 2 cores: two at once took as long as one after the other (default 31 min beside rollout,
-# 21 min beside the light lane), so they share one lane, default first (it builds the wheelhouse and packs the release
-# the others unpack); the scenarios that serve no vLLM run beside them, vllm (an install only) last, when default has
-# packed. Each scenario is in exactly one lane (a test checks).
-MOLECULE_LANES ?= default,rollout,vllm_scenes nvidia_driver,vllm_model,vllm_drift,node_exporter,vllm
+# are CPU-bound on the lab's 2 cores: default and rollout at once took as long as one after the other (default 31 min
+# beside rollout, 21 min beside the light lane), so they share one lane, default first (it builds the wheelhouse,
+# packs the release and publishes the compile-cache bundles the others start from); the scenarios that serve no
+# vLLM run beside them, then vllm (an install only) once default has packed, then vllm_scenes (one host whose scenes
+# start from default's bundles) beside rollout, which leaves a core idle while its canary restarts alone.
+# Each scenario is in exactly one lane (a test checks).
+MOLECULE_LANES ?= default,rollout nvidia_driver,vllm_model,vllm_drift,node_exporter,vllm,vllm_scenes
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 
