@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -16,9 +17,22 @@ import pytest
 from vfl_lab import lab, machine, system
 from vfl_lab.plan import HostPlan
 
-# Exits one second after SIGTERM, as a booted host does once its services have stopped.
-SLOW_TO_STOP = ("import signal, sys, time; signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1), sys.exit(0))); "
-                "print('ready', flush=True); time.sleep(60)")
+# A host whose shutdown lasts until every host of the test has been told to stop (each says so with a file in $TOLD):
+# only a stop that tells them all at once ends them all, and one stopped alone is never done. SIGWINCH is the test's
+# fence: its handler runs only after that of any SIGTERM sent before it (Python runs handlers in signal number order).
+STAND_IN = """
+import os, signal, sys, time
+def term(*_):
+    print('term', flush=True)
+    open(os.path.join(os.environ['TOLD'], sys.argv[1]), 'w').close()
+    while len(os.listdir(os.environ['TOLD'])) < int(os.environ['HOSTS']):
+        time.sleep(0.01)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+signal.signal(signal.SIGWINCH, lambda *_: print('fence', flush=True))
+print('ready', flush=True)
+time.sleep(60)
+"""
 
 
 def plan(name: str) -> HostPlan:
@@ -43,13 +57,14 @@ def reap(proc: subprocess.Popen[bytes], delay: float) -> None:
 
 
 @pytest.fixture
-def hosts(request: pytest.FixtureRequest) -> Iterator[list[tuple[subprocess.Popen[bytes], HostPlan]]]:
+def hosts(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[tuple[subprocess.Popen[bytes], HostPlan]]]:
     """Start two stand-ins whose argv is that of `systemd-nspawn --machine=NAME`, collected request.param s after they
     exit (default at once); kill leftovers after the test."""
+    env = {**os.environ, "STAND_IN": STAND_IN, "TOLD": str(tmp_path), "HOSTS": "2"}
     started = []
     for name in ("h1", "h2"):
-        argv = ["bash", "-c", f'exec -a systemd-nspawn {sys.executable} -c "{SLOW_TO_STOP}" --machine={name}']
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE)
+        argv = ["bash", "-c", 'exec -a systemd-nspawn "$0" -c "$STAND_IN" "$1"', sys.executable, f"--machine={name}"]
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, env=env)
         threading.Thread(target=reap, args=(proc, getattr(request, "param", 0.0)), daemon=True).start()
         started.append((proc, plan(name)))
     for proc, _ in started:
@@ -61,10 +76,8 @@ def hosts(request: pytest.FixtureRequest) -> Iterator[list[tuple[subprocess.Pope
 
 
 def test_hosts_power_off_at_once(hosts: list[tuple[subprocess.Popen[bytes], HostPlan]]) -> None:
-    """Two hosts that each take 1 s to stop are both gone after about 1 s, not 2 s, and ended by SIGTERM."""
-    started = time.monotonic()
-    machine.stop([(proc.pid, host) for proc, host in hosts])
-    assert time.monotonic() - started < 1.8
+    """Two hosts that each stop only once both were told to are both ended by SIGTERM: stop tells them at once."""
+    machine.stop([(proc.pid, host) for proc, host in hosts], timeout=10)
     assert [proc.wait(timeout=5) for proc, _ in hosts] == [0, 0]
 
 
@@ -72,8 +85,10 @@ def test_hosts_power_off_at_once(hosts: list[tuple[subprocess.Popen[bytes], Host
 def test_stop_returns_once_the_processes_are_gone(hosts: list[tuple[subprocess.Popen[bytes], HostPlan]]) -> None:
     """An exited nspawn process (its argv already gone) stays until its parent collects it: stop returns after that."""
     started = [start_time(proc.pid) for proc, _ in hosts]
+    stopping = time.monotonic()
     machine.stop([(proc.pid, host) for proc, host in hosts], timeout=10)
-    assert [start_time(proc.pid) == began for (proc, _), began in zip(hosts, started, strict=True)] == [False, False]
+    left = [start_time(proc.pid) == began for (proc, _), began in zip(hosts, started, strict=True)]
+    assert left == [False, False], f"stop returned after {time.monotonic() - stopping:.2f}s"
     assert [proc.wait(timeout=5) for proc, _ in hosts] == [0, 0]
 
 
@@ -86,9 +101,12 @@ def test_a_host_slower_than_the_timeout_is_killed(hosts: list[tuple[subprocess.P
 
 def test_processes_not_of_the_lab_are_left_alone(hosts: list[tuple[subprocess.Popen[bytes], HostPlan]]) -> None:
     """A pid that is not the named host's nspawn (another machine name) gets no signal."""
-    machine.stop([(hosts[0][0].pid, plan("other"))], timeout=0.3)
-    time.sleep(0.2)
-    assert hosts[0][0].poll() is None
+    proc = hosts[0][0]
+    machine.stop([(proc.pid, plan("other"))], timeout=0.3)
+    # Instead of waiting a while for a stray SIGTERM: the fence is answered only after any SIGTERM sent before it.
+    proc.send_signal(signal.SIGWINCH)
+    assert proc.stdout and proc.stdout.readline() == b"fence\n"
+    assert proc.poll() is None
 
 
 def test_a_host_that_never_booted_is_nothing_to_stop() -> None:

@@ -7,6 +7,7 @@ import pwd
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,14 @@ TimeoutStopSec=5
 [Install]
 WantedBy=multi-user.target
 """
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
+    """Wait until condition() holds or timeout s have passed, and return it: a loaded machine may take seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
 
 
 def unit_text(tmp_path: Path, exec_start: str, user: str = "nobody") -> str:
@@ -78,20 +87,36 @@ def test_start_runs_the_unit_as_its_user_and_stop_ends_it(monkeypatch: pytest.Mo
     (tmp_path / "units").mkdir()
     (tmp_path / "units" / "vllm-scene-t.service").write_text(unit_text(tmp_path, script), encoding="utf-8")
     pid = run_scene.start("t", tmp_path / "units", tmp_path / "t.log", run_scene.DEFAULT_KEEP)
-    for _ in range(50):
-        if out.exists() and len(out.read_text(encoding="utf-8").splitlines()) == 2:
-            break
-        time.sleep(0.1)
+    wait_for(lambda: out.exists() and len(out.read_text(encoding="utf-8").splitlines()) == 2)
     assert out.read_text(encoding="utf-8").splitlines() == ["nobody", "s3cret key 0"]
     assert os.getpgid(pid) == pid and Path("/run/vllm-scene-test-run-scene").is_dir()
     link = Path("/run/vllm-scene-test-run-scene/torchinductor_nobody")
     assert link.readlink() == tmp_path and link.lstat().st_uid == pwd.getpwnam("nobody").pw_uid
     assert run_scene.main(["status", "t"]) == 0
+    assert wait_for(lambda: len(run_scene.group_members(pid)) == 2)  # sh and its sleep
     assert run_scene.stop("t", tmp_path / "units") is True
-    time.sleep(0.2)
-    assert not run_scene.alive(pid)
+    assert not run_scene.alive(pid) and run_scene.group_members(pid) == []
     assert run_scene.stop("t", tmp_path / "units") is False
     assert run_scene.main(["status", "t"]) == 1
     link.unlink()
     os.rmdir("/run/vllm-scene-test-run-scene")
     shutil.rmtree(tmp_path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starting a scene's process needs root")
+def test_a_scene_deaf_to_sigterm_is_killed_and_gone_when_stop_returns(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    """A group that ignores SIGTERM gets SIGKILL after TimeoutStopSec; stop returns once none of it runs."""
+    monkeypatch.setattr(run_scene, "STATE_DIR", tmp_path / "state")
+    (tmp_path / "units").mkdir()
+    unit = unit_text(tmp_path, "/bin/sh -c 'trap \"\" TERM; sleep 60 & wait'", user="root")
+    (tmp_path / "units" / "vllm-scene-t.service").write_text(unit.replace("TimeoutStopSec=5", "TimeoutStopSec=1"),
+                                                             encoding="utf-8")
+    pid = run_scene.start("t", tmp_path / "units", tmp_path / "t.log", run_scene.DEFAULT_KEEP)
+    assert wait_for(lambda: len(run_scene.group_members(pid)) == 2)  # the trap is set once sh has started its sleep
+    started = time.monotonic()
+    assert run_scene.stop("t", tmp_path / "units") is True
+    assert not run_scene.alive(pid) and run_scene.group_members(pid) == []
+    assert time.monotonic() - started >= 1  # it waited TimeoutStopSec for the SIGTERM that changed nothing
+    Path("/run/vllm-scene-test-run-scene/torchinductor_nobody").unlink()
+    os.rmdir("/run/vllm-scene-test-run-scene")

@@ -122,32 +122,49 @@ def start(name: str, unit_dir: Path, log: Path, keep: list[str]) -> int:
     return process.pid
 
 
-def stop(name: str, unit_dir: Path) -> bool:
-    """Stop the scene's process group as systemd would (SIGTERM, then SIGKILL after TimeoutStopSec)."""
+def stop(name: str, unit_dir: Path, kill_timeout: float = 10.0) -> bool:
+    """Stop the scene's process group as systemd would (SIGTERM, then SIGKILL after TimeoutStopSec); wait till it is gone."""
     pid_file = STATE_DIR / f"{name}.pid"
     if not pid_file.exists():
         return False
     unit = parse_unit((unit_dir / f"vllm-scene-{name}.service").read_text(encoding="utf-8"))
     pid = int(pid_file.read_text(encoding="utf-8"))
-    try:
-        os.killpg(pid, signal.SIGTERM)
-        deadline = time.monotonic() + unit.timeout_stop_sec
-        while time.monotonic() < deadline and alive(pid):
-            time.sleep(0.5)
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    # systemd waits for every process of the unit, not just the main one: a member left running still holds the GPU.
+    for sig, timeout in ((signal.SIGTERM, unit.timeout_stop_sec), (signal.SIGKILL, kill_timeout)):
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + timeout
+        while group_members(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not group_members(pid):
+            break
     pid_file.unlink()
     return True
+
+
+def group_members(pgid: int) -> list[int]:
+    """Return the processes of a process group that have not exited (zombies wait only for their parent)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text(encoding="utf-8").rsplit(") ", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            members.append(int(stat.parent.name))
+    return members
 
 
 def alive(pid: int) -> bool:
     """Tell whether a process (started by an earlier call, so not our child) still exists."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").split(") ")[-1][:1] != "Z"
+        state = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(") ", 1)[-1][:1]
+    except (ProcessLookupError, FileNotFoundError):
+        return False  # gone, or collected by its parent between the two looks
+    return state not in ("Z", "X")
 
 
 def main(argv: list[str] | None = None) -> int:
