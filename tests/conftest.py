@@ -8,6 +8,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from ansible.module_utils.common import warnings as module_warnings
 from ansible.module_utils.testing import patch_module_args
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,6 +33,9 @@ def filter_plugin() -> ModuleType:
 
 def run_module_main(module: ModuleType, args: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
     """Run an Ansible module's main() in this process, as Ansible runs it on a host, and return its JSON result."""
+    # On a host each module runs in a fresh process: warnings of an earlier run in this one must not carry over.
+    module_warnings._global_warnings.clear()
+    module_warnings._global_deprecations.clear()
     with patch_module_args(args), pytest.raises(SystemExit) as exit_info:
         module.main()
     result = json.loads(capsys.readouterr().out)
