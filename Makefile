@@ -17,7 +17,7 @@ MOLECULE_LANES ?= default,rollout nvidia_driver,vllm_model,vllm_drift,node_expor
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 
-.PHONY: setup lab-up lab-down lab-model lab test lint syntax unit molecule bench clean
+.PHONY: setup lab-up lab-down lab-model lab test checks lint syntax unit molecule bench clean
 
 $(BIN)/ansible-playbook: requirements.txt
 	tools/install-host-packages
@@ -54,7 +54,13 @@ unit: setup  # pytest exits 5 when it collects nothing, which fails the target
 molecule: setup lab-model  ## every scenario, in MOLECULE_LANES; they use the lab's file server, wheelhouse and tiny model
 	$(BIN)/python tools/molecule_lanes.py $(MOLECULE_LANES)
 
-test: lint syntax unit molecule  ## everything CI runs
+checks: setup  # lint, syntax and unit tests, one after another
+	$(MAKE) --no-print-directory -j1 lint syntax unit
+
+# The checks run beside the molecule lanes: the lanes' first minutes (lab roots, apt, the wheelhouse download) wait on
+# the network, not the cores. Each part's output comes whole when it ends; make fails if either fails.
+test: setup lab-model  ## everything CI runs
+	$(MAKE) --no-print-directory -j2 --output-sync=target checks molecule
 
 bench: setup lab-model  ## timings (medians over several runs), see docs/benchmarks.md
 	$(BIN)/python benchmarks/lab_bench.py
