@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import molecule_lanes
@@ -45,15 +44,45 @@ def test_makefile_lanes_cover_the_repo_scenarios() -> None:
 
 
 def test_lanes_run_at_once_and_each_log_is_printed_whole(tmp_path: Path) -> None:
-    """Two lanes of one-second scenarios take about one second per scenario of the longer lane, not the sum."""
+    """a (lane 1) and c (lane 2) each wait until the other has started: lanes one after another would fail them."""
     printed: list[str] = []
-    runner = molecule_lanes.LaneRunner(lambda n: ["sh", "-c", f"sleep 1; echo done {n}"], tmp_path, printed.append)
-    started = time.monotonic()
+    peers = {"a": "c", "c": "a"}
+
+    def scenario(name: str) -> list[str]:
+        """A scenario that marks its start, waits up to 30 s for its peer's (if any), then says it is done."""
+        peer = tmp_path / f"{peers.get(name, name)}.started"
+        return ["sh", "-c", f"touch {tmp_path}/{name}.started; i=0; while [ ! -e {peer} ] && [ $i -lt 300 ]; "
+                            f"do sleep 0.1; i=$((i+1)); done; [ -e {peer} ] && echo done {name}"]
+
+    runner = molecule_lanes.LaneRunner(scenario, tmp_path, printed.append)
     assert runner.run([["a", "b"], ["c"]]) is True
-    assert time.monotonic() - started < 2.9
     assert "done a\n" in printed and (tmp_path / "c.log").read_text() == "done c\n"
-    assert sorted(name for name, *_ in runner.results) == ["a", "b", "c"] and runner.results[-1][0] == "b"
+    assert sorted(name for name, *_ in runner.results) == ["a", "b", "c"]
     assert "| b | 1 |" in runner.summary() and "passed" in runner.summary()
+
+
+def test_phase_seconds_from_molecule_banners() -> None:
+    """Each action lasts from its Executing to its Executed banner; destroy (run twice) is summed; an action that
+    never ended (a failure) lasts until the scenario ended; other lines are ignored."""
+    banners = [(0.0, "\x1b[36mINFO    \x1b[0m \x1b[32mdefault\x1b[0m ➜ \x1b[33mdestroy\x1b[0m: \x1b[36mExecuting\x1b[0m\n"),
+               (1.0, "INFO     default ➜ destroy: Executed: Successful\n"),
+               (1.5, "  │ some ➜ output: Executing\n"),
+               (2.0, "INFO     default ➜ converge: Executing\n"),
+               (12.0, "INFO     default ➜ converge: Executed: Successful\n"),
+               (12.0, "INFO     default ➜ destroy: Executing\n"),
+               (14.5, "INFO     default ➜ destroy: Executed: Successful\n"),
+               (15.0, "INFO     default ➜ verify: Executing\n")]
+    assert molecule_lanes.phase_seconds(banners, ended=20.0) == {"destroy": 3.5, "converge": 10.0, "verify": 5.0}
+
+
+def test_summary_has_a_phase_table(tmp_path: Path) -> None:
+    """The summary's second table holds each scenario's seconds per phase, from the banners it printed."""
+    ticks = iter(range(100))
+    command = ["sh", "-c", "echo 'INFO     x ➜ converge: Executing'; echo 'INFO     x ➜ converge: Executed: Successful'"]
+    runner = molecule_lanes.LaneRunner(lambda n: command, tmp_path, lambda text: None, clock=lambda: float(next(ticks)))
+    assert runner.run([["x"]]) is True
+    assert "| scenario | create | prepare | check | converge | idempotence | verify | destroy |" in runner.summary()
+    assert "| x |  |  |  | 1 |  |  |  |" in runner.summary()
 
 
 def test_a_failure_stops_every_lane_from_starting_more(tmp_path: Path) -> None:

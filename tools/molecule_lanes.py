@@ -29,6 +29,9 @@ RESULT_KEY = re.compile(r"^    (\w+):")
 # The fields of a failed Ansible result that say why; the rest (cmd, *_lines, times) only take room.
 WHY_KEYS = {"msg", "rc", "stderr", "stdout", "module_stderr", "assertion"}
 PYTEST_ERROR = re.compile(r"^E  ")
+# molecule's banner at each action's start and end: "INFO     default ➜ converge: Executing".
+ACTION = re.compile(r"^INFO\s+\S+ ➜ (\w+): (Executing|Executed)")
+PHASES = ("create", "prepare", "check", "converge", "idempotence", "verify", "destroy")
 
 
 def parse_lanes(specs: list[str]) -> list[list[str]]:
@@ -80,15 +83,36 @@ def failure_reason(log: str, width: int = 1500) -> str:
     return text if len(text) <= width else text[:width - 6] + " [...]"
 
 
+def phase_seconds(banners: list[tuple[float, str]], ended: float) -> dict[str, float]:
+    """Return seconds per molecule action from its banner lines and their times (an action run twice is summed; one
+    that never printed its end, a failure, lasts until ended)."""
+    totals: dict[str, float] = {}
+    running: dict[str, float] = {}
+    for at, line in banners:
+        match = ACTION.match(COLOUR.sub("", line))
+        if not match:
+            continue
+        action, what = match[1], match[2]
+        if what == "Executing":
+            running[action] = at
+        elif action in running:
+            totals[action] = totals.get(action, 0.0) + at - running.pop(action)
+    for action, at in running.items():
+        totals[action] = totals.get(action, 0.0) + ended - at
+    return totals
+
+
 class LaneRunner:
     """Runs the lanes' scenarios; after a failure, no lane starts another scenario."""
 
-    def __init__(self, command: Callable[[str], list[str]], log_dir: Path, out: Callable[[str], None]) -> None:
-        """Keep how to run a scenario, where its log goes, and how to print."""
-        self.command, self.log_dir, self.out = command, log_dir, out
+    def __init__(self, command: Callable[[str], list[str]], log_dir: Path, out: Callable[[str], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """Keep how to run a scenario, where its log goes, how to print and what tells the time."""
+        self.command, self.log_dir, self.out, self.clock = command, log_dir, out, clock
         self.failed = threading.Event()
         self.lock = threading.Lock()
         self.results: list[tuple[str, int, float, bool]] = []
+        self.phases: dict[str, dict[str, float]] = {}
 
     def log_path(self, scenario: str) -> Path:
         """Return where a scenario's log goes."""
@@ -102,11 +126,10 @@ class LaneRunner:
             log = self.log_path(scenario)
             with self.lock:
                 self.out(f"==== molecule {scenario} (lane {number}): started, log in {log}")
-            started = time.monotonic()
-            with log.open("w") as stream:
-                passed = subprocess.run(self.command(scenario), cwd=REPO, stdout=stream, stderr=subprocess.STDOUT,
-                                        check=False).returncode == 0
-            seconds = time.monotonic() - started
+            started = self.clock()
+            passed, banners = self.run_logged(scenario, log)
+            seconds = self.clock() - started
+            self.phases[scenario] = phase_seconds(banners, started + seconds)
             if not passed:
                 self.failed.set()
             with self.lock:
@@ -114,6 +137,18 @@ class LaneRunner:
                 verdict = "passed" if passed else "FAILED"
                 self.out(f"==== molecule {scenario} (lane {number}): {verdict} in {seconds:.0f} s; its log follows")
                 self.out(log.read_text(errors="replace"))
+
+    def run_logged(self, scenario: str, log: Path) -> tuple[bool, list[tuple[float, str]]]:
+        """Run one scenario with its output into log; return whether it passed and its action banners, timed."""
+        banners: list[tuple[float, str]] = []
+        with log.open("w") as stream, subprocess.Popen(self.command(scenario), cwd=REPO, stdout=subprocess.PIPE,
+                                                       stderr=subprocess.STDOUT, text=True, errors="replace") as run:
+            assert run.stdout is not None
+            for line in run.stdout:
+                stream.write(line)
+                if "➜" in line:
+                    banners.append((self.clock(), line))
+        return run.returncode == 0, banners
 
     def run(self, lanes: list[list[str]]) -> bool:
         """Run every lane at once; return whether every scenario that ran passed and none was left out."""
@@ -128,7 +163,11 @@ class LaneRunner:
         """Return a Markdown table of the scenarios that ran, in the order they ended."""
         rows = [f"| {name} | {lane} | {seconds:.0f} | {'passed' if ok else 'FAILED'} |"
                 for name, lane, seconds, ok in self.results]
-        return "\n".join(["| scenario | lane | seconds | result |", "|---|---:|---:|---|", *rows])
+        table = ["| scenario | lane | seconds | result |", "|---|---:|---:|---|", *rows]
+        phases = [f"| {name} | " + " | ".join(f"{self.phases.get(name, {})[p]:.0f}" if p in self.phases.get(name, {})
+                                              else "" for p in PHASES) + " |" for name, *_ in self.results]
+        return "\n".join([*table, "", "| scenario | " + " | ".join(PHASES) + " |",
+                          "|---|" + "---:|" * len(PHASES), *phases])
 
     def failures(self, width: int = 1500) -> str:
         """Return, in at most about width characters, why each failed scenario failed."""
