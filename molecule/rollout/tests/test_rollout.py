@@ -61,6 +61,18 @@ def new_hook_calls(before: dict[str, str], after: dict[str, str]) -> list[str]:
     return [line.split()[0] for line in after["hooks"][len(before["hooks"]):].splitlines()]
 
 
+def changed_hosts(output: str, task: str) -> set[str]:
+    """Return the hosts an Ansible task reported as changed, over every run of it in a play's output."""
+    hosts: set[str] = set()
+    inside = False
+    for line in output.splitlines():
+        if line.startswith("TASK ["):
+            inside = task in line
+        elif inside and line.startswith("changed: ["):
+            hosts.add(line.split("[", 1)[1].split("]", 1)[0])
+    return hosts
+
+
 def health(name: str) -> str:
     """Return the HTTP status of the realtime scene's /health, asked on the host."""
     return lab_host(name).check_output("curl -s -o /dev/null -w '%{http_code}' --max-time 10 http://127.0.0.1:8000/health")
@@ -112,3 +124,12 @@ def test_good_change_reaches_every_host_canary_first(host: testinfra.host.Host) 
     assert new_hook_calls(before[name], after[name]) == ["drain", "undrain"]
     deployed = {other: json.loads(state["fact"])["deployed_at"] for other, state in after.items()}
     assert all(deployed[CANARY] < deployed[other] for other in HOSTS[1:]), deployed
+
+
+def test_batches_after_the_canary_start_from_its_compile_cache(host: testinfra.host.Host) -> None:
+    """The good change's new engine argument needs new compiled graphs: the hosts after the canary unpack the bundle
+    it published instead of compiling them again (docs/compile-cache.md)."""
+    _, result, _ = rollout("good")
+    assert host.backend.get_hostname() in HOSTS
+    assert changed_hosts(result.stdout, "Unpack each bundle into its scene's cache") >= set(HOSTS[1:]), \
+        result.stdout[-4000:]
