@@ -112,6 +112,12 @@ stop_scene() {  # stop_scene NAME: stop it; its runtime directory goes, as syste
   python3 tools/run_scene.py stop "$1" && rm -rf "/run/vllm-scene-$1"
 }
 
+jit_caches() {  # jit_caches LABEL: the JIT caches vLLM's kernels leave (FlashInfer's in the cache, humming's in the home)
+  { echo "-- $1: JIT cache files (mtime, bytes, path)"; du -sh "$CACHE"/* /var/lib/vllm/.[!.]* 2>/dev/null
+    find "$CACHE/flashinfer" /var/lib/vllm/.humming /var/lib/vllm/.cache -type f -printf '%TY-%Tm-%Td %TT %10s %p\n' 2>/dev/null \
+      | sort -k4 | head -60; } >>"$STATE/summary.txt"
+}
+
 checkpoint() { cp "$STATE/summary.txt" "$OUT/summary.txt"; }
 
 pack() {  # pack STEP: everything so far into $OUT/STEP.tar.gz, and the summary beside it
@@ -164,7 +170,7 @@ case ${1:-} in
     healthy realtime 8000 cold-hostA || { pack compile-cache; exit 1; }
     compile_lines scene-realtime cold-hostA
     { echo "-- written outside $CACHE since the cold start"; outside_cache; } >>"$STATE/summary.txt"
-    { echo "-- host A's cache"; du -sh "$CACHE" "$CACHE"/* "$CACHE"/vllm/*; } >>"$STATE/summary.txt" 2>&1
+    jit_caches cold-hostA
     timed site-share "${SITE[@]}"
     tasks_said site-share "Ask each scene|Name the bundles|Pack each|Bring each|Publish each|Record in each"
     store_listing
@@ -177,10 +183,12 @@ case ${1:-} in
     { echo "-- host B: /var/lib/vllm and its cache dir before site.yml"; ls -la /var/lib/vllm /var/lib/vllm/cache; } >>"$STATE/summary.txt" 2>&1
     timed site-seed "${SITE[@]}"
     tasks_said site-seed "Name each scene|Copy each|Unpack each|Remove the copied|Ask each scene|Name the bundles|Pack each"
-    { echo "-- host B's cache, seeded"; du -sh "$CACHE" "$CACHE"/* "$CACHE"/vllm/*; cat "$CACHE/.vllm-fleet-compile-cache"; } >>"$STATE/summary.txt" 2>&1
+    { echo "-- host B's cache, seeded: $(cat "$CACHE/.vllm-fleet-compile-cache")"; } >>"$STATE/summary.txt" 2>&1
+    jit_caches seeded-hostB-before-start
     checkpoint
     start_scene realtime hostB
     healthy realtime 8000 seeded-hostB && compile_lines scene-realtime-hostB seeded-hostB
+    jit_caches seeded-hostB-after-start
     python3 -c 'import sys; a, b = (float(open(f).read()) for f in sys.argv[1:]); print(f"host B / host A: {b:.1f} / {a:.1f} s = {b / a:.2f}x")' \
       "$STATE/cold-hostA.seconds" "$STATE/seeded-hostB.seconds" 2>/dev/null | tee -a "$STATE/summary.txt"
     checkpoint
