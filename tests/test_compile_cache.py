@@ -277,7 +277,10 @@ def test_module_probe_reads_markers_records_and_compiled(compiled: dict[str, Any
     assert result["models"] == {str(model): MARKER, "/nonexistent": None}
     assert result["recorded"] == {"realtime": "realtime-0123456789abcdef", "batch": ""}
     assert result["compiled"] == {"realtime": True, "batch": False}
-    assert result["cpu_flags"].split(":")[0].strip() in ("flags", "Features")
+    assert result["cpu_flags"].split(":")[0].strip() in ("flags", "Features") and result["compressor"]
+    missing = run_module_main(module, {"state": "probe", "cache_dir": str(compiled["first"].parent),
+                                       "compress_program": "no-such-zstd -1"}, capsys)
+    assert not missing["compressor"] and "no-such-zstd is not installed" in json.dumps(missing["warnings"])
 
 
 def test_publish_indexes_last_and_prunes_per_scene(compiled: dict[str, Any]) -> None:

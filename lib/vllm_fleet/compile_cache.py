@@ -7,10 +7,11 @@ import json
 from typing import Any, Optional
 
 KEY_FORMAT = 1
-# The parts of a scene's cache directory that hold compiled artefacts (the unit points vLLM, Inductor, Triton and
-# XDG_CACHE_HOME there; FlashInfer's JIT kernels go to XDG_CACHE_HOME/flashinfer, Inductor's precompiled header to
-# precompiled_headers through the unit's link). The hub cache (huggingface) and anything else stays with its host.
-CACHE_PARTS = ("vllm/torch_compile_cache", "inductor", "triton", "flashinfer", "precompiled_headers")
+# The parts of a scene's cache directory that hold compiled artefacts: the unit points vLLM (VLLM_CACHE_ROOT),
+# Inductor, Triton, FlashInfer (FLASHINFER_WORKSPACE_BASE) and humming-kernels (HUMMING_CACHE_DIR) there, and keeps
+# Inductor's precompiled header there through its link. The hub cache (huggingface) and the rest stay with the host.
+CACHE_PARTS = ("vllm/torch_compile_cache", "inductor", "triton", "flashinfer", "humming/cache", "precompiled_headers")
+CUDA_ONLY_PARTS = ("triton", "flashinfer", "humming/cache")
 # Engine arguments that change no compiled graph or kernel: where a scene listens, how it logs, how much memory it takes.
 COMPILE_IRRELEVANT_ARGS = frozenset({
     "host", "port", "api-key", "served-model-name", "uvicorn-log-level", "disable-uvicorn-access-log",
@@ -27,8 +28,8 @@ CPU_ISA_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", 
 
 
 def cache_parts(flavour: str) -> list[str]:
-    """Return the parts of a scene's cache a bundle carries (the cpu flavour has no Triton or FlashInfer)."""
-    return list(CACHE_PARTS) if flavour == "cuda" else [p for p in CACHE_PARTS if p not in ("triton", "flashinfer")]
+    """Return the parts of a scene's cache a bundle carries (the cpu flavour has no Triton, FlashInfer or humming)."""
+    return list(CACHE_PARTS) if flavour == "cuda" else [p for p in CACHE_PARTS if p not in CUDA_ONLY_PARTS]
 
 
 def cpu_isa(flags_line: str) -> list[str]:

@@ -8,7 +8,8 @@ module: vllm_fleet_compile_cache
 short_description: Probe, seed, pack and publish the compile-cache bundles of vLLM scenes
 description:
   - C(probe) reads what a bundle key needs from the host - the CPU flags, the installed models' markers, the bundle
-    each scene's cache records and whether any of its compiled parts holds anything - and changes nothing.
+    each scene's cache records, whether any of its compiled parts holds anything, and whether the compressor is
+    installed (a warning when not) - and changes nothing.
   - C(seed) checks a bundle's SHA-256 before it reads it, unpacks it into a private staging directory beside the
     scene's cache, refuses it unless its manifest carries the expected key, and moves into the cache only what the
     cache lacks. A bundle that must not be used is not a failure - the module warns, naming the bundle and why, and
@@ -113,6 +114,7 @@ import json  # noqa: E402
 import os  # noqa: E402
 import pwd  # noqa: E402
 import re  # noqa: E402
+import shutil  # noqa: E402
 from typing import Any, Dict  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
@@ -124,8 +126,13 @@ REQUIRED = {"probe": ["cache_dir"], "seed": ["archive", "checksum", "cache_dir",
             "publish": ["archive", "store", "name", "key"]}
 
 
-def probe(params: Dict[str, Any]) -> Dict[str, Any]:
-    """Return the CPU flags line, the models' markers by path and each scene's recorded bundle."""
+def probe(module: AnsibleModule, params: Dict[str, Any]) -> Dict[str, Any]:
+    """Return the CPU flags line, the models' markers by path, each scene's recorded bundle, and whether the
+    compressor is there (warning when it is not)."""
+    compressor = params["compress_program"].split()[0]
+    if not shutil.which(compressor):
+        module.warn(f"{compressor} is not installed: this host neither seeds nor shares compile-cache bundles. Install "
+                    "it (vllm_system_packages lists zstd) or set vllm_scenes_share_compile_cache: false.")
     flags = ""
     with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as cpuinfo:
         for line in cpuinfo:
@@ -140,7 +147,7 @@ def probe(params: Dict[str, Any]) -> Dict[str, Any]:
         except (OSError, ValueError):
             models[path] = None
     caches = {scene: os.path.join(params["cache_dir"], scene) for scene in params["scenes"]}
-    return {"changed": False, "cpu_flags": flags, "models": models,
+    return {"changed": False, "cpu_flags": flags, "models": models, "compressor": bool(shutil.which(compressor)),
             "recorded": {scene: read_record(path) for scene, path in caches.items()},
             "compiled": {scene: bool(present_parts(path, params["parts"])) for scene, path in caches.items()}}
 
@@ -188,7 +195,7 @@ def main() -> None:
         required_if=[("state", state, needed) for state, needed in REQUIRED.items()], supports_check_mode=True)
     params, state = module.params, module.params["state"]
     if state == "probe":
-        module.exit_json(**probe(params))
+        module.exit_json(**probe(module, params))
     if state == "seed":
         module.exit_json(**run_seed(module, params))
     if state == "pack":
