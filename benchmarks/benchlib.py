@@ -14,8 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-LAB_STATE = Path("/var/lib/vllm-fleet-lab")  # the lab tool's state dir
-LAB_WWW = LAB_STATE / "www"  # the lab file server's root (Makefile LAB_WWW)
+LAB_WWW = Path("/var/lib/vllm-fleet-lab/www")  # the lab file server's root (Makefile LAB_WWW)
 Results = dict[str, list[float]]
 
 

@@ -9,15 +9,15 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
-from benchlib import LAB_STATE, LAB_WWW, REPO, BenchError, Lab, Results, markdown_table, record, timed, write_json
+from benchlib import LAB_WWW, REPO, BenchError, Lab, Results, markdown_table, record, timed, write_json
 
 BIN = REPO / ".venv" / "bin"
 LAB = Lab("mjob", 241)  # lab indexes 241..244: far from `make lab-up`, molecule and the other benchmarks
 ENV = LAB.env
 SCENE = "realtime"
-STORE = LAB_STATE / "compile-cache"  # the lab inventory's vllm_scenes_compile_cache_store
 PARTS = ["fresh", "rerun", "restart", "seeded", "install"]
 # vLLM's own figure for the compile step of a start: on the cpu flavour Inductor's warm-up is the compilation.
 INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s")
@@ -38,10 +38,12 @@ def restart_time(cold: bool) -> float:
 def seeded_start(results: Results) -> None:
     """Time a cold start (the host compiles, site.yml then publishes its bundle), then the first start of the same
     scene with its cache wiped again but seeded from that bundle (site.yml's configure step, without starting it)."""
+    store = tempfile.mkdtemp(prefix="mjob-compile-cache-")  # empty: no bundle for the cold start; the lab's is left alone
+
     def converge(skip: str) -> list[str]:
-        """site.yml with every task, skipping the given tags."""
-        return LAB.playbook("site.yml", "gpu_hosts", "--skip-tags", skip, "-e", "vllm_fleet_skip_in_sync=false")
-    shutil.rmtree(STORE, ignore_errors=True)  # no bundle: this start compiles
+        """site.yml with every task, skipping the given tags, with the private store."""
+        return LAB.playbook("site.yml", "gpu_hosts", "--skip-tags", skip, "-e", "vllm_fleet_skip_in_sync=false",
+                            "-e", f"vllm_scenes_compile_cache_store={store}")
     cold = restart_time(cold=True)
     cold_init = init_engine_seconds()
     timed(converge("verify"), ENV)  # publishes the bundle of the hot cache
@@ -56,6 +58,7 @@ def seeded_start(results: Results) -> None:
     record(results, "seeded / cold", seeded / cold)
     record(results, "vLLM's init engine (compile and warm-up), cold", cold_init)
     record(results, "vLLM's init engine (compile and warm-up), seeded", seeded_init)
+    shutil.rmtree(store, ignore_errors=True)
 
 
 def init_engine_seconds() -> float:

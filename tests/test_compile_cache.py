@@ -80,6 +80,14 @@ def test_cuda_platform_is_the_cards_and_driver_branch() -> None:
     assert bundle_of({**SCENE, "gpus": [1]}, flavour="cuda", gpus=gpus("8.9", 580))["name"] != base["name"]
 
 
+def test_cuda_without_complete_gpu_facts_shares_nothing() -> None:
+    """A cuda host whose GPU facts lack the card's name or compute capability, or the driver branch, gets no bundle:
+    any GPU's bundle would match it."""
+    assert not bundle_of(flavour="cuda", gpus=None)["name"]
+    assert not bundle_of(flavour="cuda", gpus={"driver_branch": 580, "gpus": [{"index": 0, "name": "RTX 4090"}]})["name"]
+    assert not bundle_of(flavour="cuda", gpus={"gpus": [{"index": 0, "name": "x", "compute_capability": "8.9"}]})["name"]
+
+
 def test_env_values_stay_out_of_the_key() -> None:
     """A secret in a scene's env reaches the key only as a digest (keys are written to the controller's store)."""
     key = bundle_of(env={"HF_TOKEN": "hf_secret_value"})["key"]
@@ -103,6 +111,7 @@ def test_seedable_unpublished_and_packers() -> None:
     assert cc.unpublished([entry], published, []) == []
     assert cc.unpublished([entry], published, [entry["name"]]) == [entry["name"]]
     assert cc.unpublished([entry], {}, []) == [entry["name"]]
+    assert cc.unpublished([{**entry, "present": True}], {}, []) == []  # held before: a pruned bundle stays pruned
     assert cc.packers({"h1": ["a", "b"], "h2": ["b", "c"], "h3": []}) == {"h1": ["a", "b"], "h2": ["c"], "h3": []}
 
 
@@ -217,7 +226,7 @@ def tar_zst(path: Path, members: list[tuple[tarfile.TarInfo, bytes]]) -> str:
 
 @pytest.mark.parametrize(("member", "message"), [
     ("../../escape", "points outside"), ("/etc/evil", "points outside"), ("huggingface/token", "not part of"),
-    ("inductor/link", "neither a file"),
+    ("inductor/link", "neither a file"), ("vllm", "not part of"), ("inductor/hard", "neither a file"),
 ])
 def test_refuses_members_that_could_land_elsewhere(compiled: dict[str, Any], member: str, message: str) -> None:
     """Paths out of the cache, absolute paths, parts no bundle carries and links are refused before anything moves."""
@@ -225,6 +234,8 @@ def test_refuses_members_that_could_land_elsewhere(compiled: dict[str, Any], mem
     info = tarfile.TarInfo(member)
     if member.endswith("link"):
         info.type, info.linkname = tarfile.SYMTYPE, "/etc/shadow"
+    if member.endswith("hard"):
+        info.type, info.linkname = tarfile.LNKTYPE, "/etc/shadow"
     archive = compiled["tmp"] / "evil.tar.zst"
     checksum = tar_zst(archive, [(tarfile.TarInfo(bundles.MANIFEST), manifest), (info, b"x")])
     refused(compiled, message, archive=archive, checksum=checksum)
@@ -274,7 +285,7 @@ def test_module_probe_reads_markers_records_and_compiled(compiled: dict[str, Any
     result = run_module_main(module, {"state": "probe", "cache_dir": str(compiled["first"].parent),
                                       "scenes": ["realtime", "batch"], "model_paths": [str(model), "/nonexistent"],
                                       "parts": PARTS}, capsys)
-    assert result["models"] == {str(model): MARKER, "/nonexistent": None}
+    assert result["models"] == {str(model): {"files": MARKER["files"]}, "/nonexistent": None}  # no origin URL
     assert result["recorded"] == {"realtime": "realtime-0123456789abcdef", "batch": ""}
     assert result["compiled"] == {"realtime": True, "batch": False}
     assert result["cpu_flags"].split(":")[0].strip() in ("flags", "Features") and result["compressor"]
@@ -296,7 +307,12 @@ def test_publish_indexes_last_and_prunes_per_scene(compiled: dict[str, Any]) -> 
         names.append(f"realtime-{n:016x}")
         result = bundles.publish(str(incoming), str(store), names[-1], {**key, "n": n}, 2)
     assert result["pruned"] == [names[0]]
-    assert sorted(bundles.index(str(store))) == names[1:]
+    other_platform = compiled["tmp"] / "other"
+    other_platform.write_bytes(b"another platform's bundle")
+    bundles.publish(str(other_platform), str(store), "realtime-ffffffffffffffff",
+                    {**key, "platform": {"flavour": "cpu", "os": "Ubuntu 24 x86_64", "cpu_isa": []}}, 2)
+    assert "realtime-ffffffffffffffff" in bundles.index(str(store))  # kept: pruning is per platform and release
+    assert sorted(bundles.index(str(store))) == [*names[1:], "realtime-ffffffffffffffff"]
     entry = bundles.index(str(store))[names[2]]
     assert bundles.sha256_file(str(store / entry["archive"])) == entry["sha256"] == result["sha256"]
     again = compiled["tmp"] / "again"
@@ -304,3 +320,32 @@ def test_publish_indexes_last_and_prunes_per_scene(compiled: dict[str, Any]) -> 
     bundles.publish(str(again), str(store), names[2], key, 2)
     assert sorted(p.name for p in store.glob("*.tar.zst")) == sorted(
         e["archive"] for e in bundles.index(str(store)).values())
+
+
+def test_setuid_members_lose_their_bits(compiled: dict[str, Any]) -> None:
+    """A member packed setuid (or world-writable) lands 0750 at most."""
+    manifest = json.dumps({"name": compiled["entry"]["name"], "key": compiled["entry"]["key"]}).encode()
+    info = tarfile.TarInfo("inductor/kernel.so")
+    info.mode = 0o6777
+    archive = compiled["tmp"] / "suid.tar.zst"
+    checksum = tar_zst(archive, [(tarfile.TarInfo(bundles.MANIFEST), manifest), (info, b"x")])
+    seed(compiled, archive=archive, checksum=checksum)
+    assert (compiled["second"] / "inductor/kernel.so").stat().st_mode & 0o7777 == 0o750
+
+
+def test_links_in_the_cache_are_never_followed(compiled: dict[str, Any], tmp_path: Path) -> None:
+    """The service user owns its cache: a record that is a link reads as none and is replaced, not written through;
+    a part that is a link (or under one) is not packed."""
+    secret = tmp_path / "secret"
+    secret.write_text("realtime-0123456789abcdef\n")
+    secret.chmod(0o600)
+    (compiled["first"] / bundles.RECORD).symlink_to(secret)
+    assert bundles.read_record(str(compiled["first"])) == ""
+    bundles.write_record(str(compiled["first"]), "realtime-fedcba9876543210")
+    assert secret.read_text() == "realtime-0123456789abcdef\n" and secret.stat().st_mode & 0o777 == 0o600
+    elsewhere = tmp_path / "elsewhere" / "cache"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / "host-file").write_text("not the cache's")
+    (compiled["first"] / "humming").symlink_to(elsewhere.parent)
+    assert "humming/cache" not in bundles.present_parts(str(compiled["first"]), cc.cache_parts("cuda"))
+    assert "inductor" in bundles.present_parts(str(compiled["first"]), cc.cache_parts("cuda"))

@@ -17,7 +17,7 @@ COMPILE_IRRELEVANT_ARGS = frozenset({
     "host", "port", "api-key", "served-model-name", "uvicorn-log-level", "disable-uvicorn-access-log",
     "enable-log-requests", "max-log-len", "disable-log-stats", "allowed-origins", "allowed-methods", "allowed-headers",
     "ssl-keyfile", "ssl-certfile", "ssl-ca-certs", "root-path", "middleware", "enable-server-load-tracking",
-    "gpu-memory-utilization", "kv-cache-memory-bytes",
+    "gpu-memory-utilization", "kv-cache-memory-bytes", "hf-token",
 })
 # Environment that places a scene on this host's cores and cards or sizes its memory, and changes no compiled code.
 HOST_LOCAL_ENV = frozenset({"VLLM_CPU_OMP_THREADS_BIND", "VLLM_CPU_KVCACHE_SPACE", "CUDA_VISIBLE_DEVICES"})
@@ -39,18 +39,20 @@ def cpu_isa(flags_line: str) -> list[str]:
 
 
 def platform(flavour: str, gpus_fact: Optional[dict[str, Any]], scene_gpus: list[int], cpu_flags: str,
-             os_release: str) -> dict[str, Any]:
-    """Return what a host's compiled artefacts depend on: the OS, and the cards (cuda) or the CPU's ISA (cpu)."""
+             os_release: str) -> Optional[dict[str, Any]]:
+    """Return what a host's compiled artefacts depend on: the OS, the CPU's ISA, and on cuda the scene's cards and
+    the driver branch; None on cuda while the GPU facts do not name every card (no bundle is then safe to use)."""
+    common = {"flavour": flavour, "os": os_release, "cpu_isa": cpu_isa(cpu_flags)}
     if flavour != "cuda":
-        return {"flavour": flavour, "os": os_release, "cpu_isa": cpu_isa(cpu_flags)}
+        return common
     cards = {gpu.get("index"): gpu for gpu in (gpus_fact or {}).get("gpus", [])}
-    return {
-        "flavour": flavour,
-        "os": os_release,
-        "driver_branch": (gpus_fact or {}).get("driver_branch"),
-        "gpus": [{"name": cards.get(i, {}).get("name"), "profile": cards.get(i, {}).get("profile"),
-                  "compute_capability": str(cards.get(i, {}).get("compute_capability"))} for i in scene_gpus],
-    }
+    used = [cards.get(i, {}) for i in scene_gpus]
+    branch = (gpus_fact or {}).get("driver_branch")
+    if not branch or not used or not all(card.get("name") and card.get("compute_capability") for card in used):
+        return None
+    return {**common, "driver_branch": branch,
+            "gpus": [{"name": card["name"], "profile": card.get("profile"),
+                      "compute_capability": str(card["compute_capability"])} for card in used]}
 
 
 def model_digest(marker: Optional[dict[str, Any]]) -> str:
@@ -61,7 +63,7 @@ def model_digest(marker: Optional[dict[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
 
 
-def scene_key(scene: dict[str, Any], release: str, host_platform: dict[str, Any], model: str,
+def scene_key(scene: dict[str, Any], release: str, host_platform: Optional[dict[str, Any]], model: str,
               cache_dir: str, env: dict[str, Any]) -> dict[str, Any]:
     """Return a scene's bundle key: release, platform, model digest, compile-relevant engine args, environment (as a
     digest: it may hold secrets) and cache path."""
@@ -99,7 +101,7 @@ def scene_bundles(scenes: list[dict[str, Any]], release: str, flavour: str, gpus
         model = model_digest((probe.get("models") or {}).get(scene["model_path"]))
         key = scene_key(scene, release, platform(flavour, gpus_fact, scene["gpus"], probe.get("cpu_flags", ""),
                                                  os_release), model, cache_dir, env)
-        name = bundle_name(key) if model else ""
+        name = bundle_name(key) if model and key["platform"] else ""
         out.append({"scene": scene["name"], "name": name, "key": key,
                     "present": bool(name) and (probe.get("recorded") or {}).get(scene["name"]) == name
                     and bool((probe.get("compiled") or {}).get(scene["name"]))})
@@ -117,9 +119,10 @@ def seedable(bundles: list[dict[str, Any]], published: dict[str, Any]) -> list[d
 
 
 def unpublished(bundles: list[dict[str, Any]], published: dict[str, Any], refused: list[str]) -> list[str]:
-    """Return the bundle names of a host's scenes that the store lacks, or holds only in a copy the host refused."""
-    return [b["name"] for b in bundles
-            if b["name"] and (b["name"] in refused or not isinstance(published.get(b["name"]), dict))]
+    """Return the bundle names this host compiled (its cache did not hold them before) that the store lacks, or holds
+    only in a copy the host refused; a cache that already held its bundle packs nothing (pruned ones stay pruned)."""
+    return [b["name"] for b in bundles if b["name"] and (b["name"] in refused or (
+        not b["present"] and not isinstance(published.get(b["name"]), dict)))]
 
 
 def packers(wanted: dict[str, list[str]]) -> dict[str, list[str]]:

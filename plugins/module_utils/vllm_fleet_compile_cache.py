@@ -10,6 +10,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import tarfile
@@ -22,6 +23,7 @@ MANIFEST = "vllm-fleet-compile-cache.json"
 RECORD = ".vllm-fleet-compile-cache"
 FORMAT = 1
 CHUNK = 1 << 20
+NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}-[0-9a-f]{16}$")
 
 
 class BundleError(Exception):
@@ -38,35 +40,49 @@ def sha256_file(path: str) -> str:
 
 
 def read_record(scene_cache: str) -> str:
-    """Return the bundle name a scene's cache records, or '' when it records none."""
+    """Return the bundle name a scene's cache records, or '' when it records none (or anything but a name)."""
+    # The cache belongs to the service user: never follow a link it put there, read no more than a name.
     try:
-        with open(os.path.join(scene_cache, RECORD), encoding="utf-8") as handle:
-            return handle.read().strip()
+        fd = os.open(os.path.join(scene_cache, RECORD), os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as handle:
+            text = handle.read(64).decode("ascii", errors="replace").strip()
     except OSError:
         return ""
+    return text if NAME.match(text) else ""
 
 
 def write_record(scene_cache: str, name: str) -> bool:
     """Record that a scene's cache holds the artefacts of bundle `name`; return whether the record changed."""
     if read_record(scene_cache) == name:
         return False
-    path = os.path.join(scene_cache, RECORD)
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+    fd, temporary = tempfile.mkstemp(dir=scene_cache, prefix=RECORD + ".")
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(name + "\n")
-    os.chmod(path + ".tmp", 0o644)
-    os.replace(path + ".tmp", path)
+        os.fchmod(handle.fileno(), 0o644)
+    os.replace(temporary, os.path.join(scene_cache, RECORD))
     return True
 
 
 def present_parts(scene_cache: str, parts: List[str]) -> List[str]:
-    """Return the parts of a scene's cache that exist and hold something."""
-    return [p for p in parts if os.path.isdir(os.path.join(scene_cache, p)) and os.listdir(os.path.join(scene_cache, p))]
+    """Return the parts of a scene's cache that hold something, reached through real directories only (a link the
+    service user put in its cache could otherwise pack any of the host's files)."""
+    present = []
+    for part in parts:
+        path, inside = scene_cache, True
+        for name in part.split("/"):
+            path = os.path.join(path, name)
+            inside = inside and os.path.isdir(path) and not os.path.islink(path)
+        if inside and os.listdir(path):
+            present.append(part)
+    return present
 
 
 def pack(scene_cache: str, parts: List[str], name: str, key: Dict[str, Any], archive: str, compressor: str) -> int:
     """Write the scene's compiled parts and a manifest naming the key into a zstd tar at archive; return its size."""
     manifest = json.dumps({"vllm_fleet_compile_cache": FORMAT, "name": name, "key": key}, sort_keys=True).encode()
-    fd = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    if os.path.lexists(archive):
+        os.unlink(archive)
+    fd = os.open(archive, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "wb") as sink:
         zstd = subprocess.Popen(compressor.split() + ["-c"], stdin=subprocess.PIPE, stdout=sink)
         assert zstd.stdin is not None
@@ -102,7 +118,8 @@ def _safe_member(info: tarfile.TarInfo, parts: List[str]) -> str:
         raise BundleError(f"member {info.name!r} points outside the cache")
     if not (info.isreg() or info.isdir()):
         raise BundleError(f"member {info.name!r} is neither a file nor a directory")
-    if path != MANIFEST and not any(path == p or path.startswith(p + "/") or p.startswith(path + "/") for p in parts):
+    if path != MANIFEST and not any(path == p or path.startswith(p + "/") or (info.isdir() and p.startswith(path + "/"))
+                                    for p in parts):
         raise BundleError(f"member {info.name!r} is not part of a compile cache ({', '.join(parts)})")
     return path
 
@@ -179,7 +196,7 @@ def merge_into(staging: str, scene_cache: str) -> List[str]:
         if not os.path.lexists(target):
             os.rename(source, target)
             moved.append(entry)
-        elif os.path.isdir(source) and os.path.isdir(target) and not os.path.islink(target):
+        elif os.path.isdir(source) and not os.path.islink(target) and os.path.isdir(target):
             moved += [f"{entry}/{inner}" for inner in merge_into(source, target)]
     return moved
 
@@ -200,13 +217,13 @@ def seed(archive: str, checksum: str, scene_cache: str, name: str, key: Dict[str
     try:
         extract(archive, staging, parts, key, compressor, uid, gid)
         moved = merge_into(staging, scene_cache)
+        write_record(scene_cache, name)
     except (tarfile.TarError, EOFError) as error:
         raise BundleError(f"the archive is damaged: {error}") from None
     except OSError as error:  # a full disk, for one
         raise BundleError(f"unpacking it failed: {error}") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-    write_record(scene_cache, name)
     return moved
 
 
@@ -235,13 +252,16 @@ def publish(incoming: str, store: str, name: str, key: Dict[str, Any], keep: int
 
 
 def doomed(published: List[Dict[str, Any]], keep: int) -> List[str]:
-    """Return the bundle names to delete so that at most `keep` of each scene remain, the newest kept."""
+    """Return the bundle names to delete so that at most `keep` of each scene remain per platform and release, the
+    newest kept (a mixed fleet keeps each kind of host's own)."""
     by_scene: Dict[str, List[Dict[str, Any]]] = {}
     for entry in published:
-        by_scene.setdefault(entry["scene"], []).append(entry)
+        key = entry.get("key") or {}
+        group = json.dumps([entry.get("scene"), key.get("platform"), key.get("release")], sort_keys=True)
+        by_scene.setdefault(group, []).append(entry)
     out: List[str] = []
     for entries in by_scene.values():
-        ordered = sorted(entries, key=lambda e: (e["published"], e["name"]), reverse=True)
+        ordered = sorted(entries, key=lambda e: (e.get("published", 0), e["name"]), reverse=True)
         out += [e["name"] for e in ordered[max(keep, 1):]]
     return sorted(out)
 

@@ -143,8 +143,9 @@ def probe(module: AnsibleModule, params: Dict[str, Any]) -> Dict[str, Any]:
     for path in params["model_paths"]:
         try:
             with open(os.path.join(path, ".vllm-fleet-model.json"), encoding="utf-8") as marker:
-                models[path] = json.load(marker)
-        except (OSError, ValueError):
+                # Only the verified file list: the marker's origin may name a URL with credentials.
+                models[path] = {"files": json.load(marker).get("files")}
+        except (OSError, ValueError, AttributeError):
             models[path] = None
     caches = {scene: os.path.join(params["cache_dir"], scene) for scene in params["scenes"]}
     return {"changed": False, "cpu_flags": flags, "models": models, "compressor": bool(shutil.which(compressor)),
@@ -156,11 +157,11 @@ def run_seed(module: AnsibleModule, params: Dict[str, Any]) -> Dict[str, Any]:
     """Seed the scene's cache, or warn and leave it as it was."""
     if module.check_mode:
         return {"changed": True, "seeded": False, "moved": []}
-    uid, gid = pwd.getpwnam(params["owner"]).pw_uid, grp.getgrnam(params["group"]).gr_gid
     try:
+        uid, gid = pwd.getpwnam(params["owner"]).pw_uid, grp.getgrnam(params["group"]).gr_gid
         moved = seed(params["archive"], params["checksum"].strip().lower(), params["cache_dir"], params["name"],
                      params["key"], params["parts"], params["compress_program"], uid, gid)
-    except BundleError as error:
+    except (BundleError, KeyError, OSError) as error:
         module.warn(f"compile-cache bundle {params['name']} not used for {params['cache_dir']}: {error}. "
                     "The cache is as it was; the scene compiles for itself.")
         return {"changed": False, "seeded": False, "moved": [], "refused": str(error)}

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import testinfra
@@ -28,6 +29,8 @@ CONFIG = "/etc/vllm/scenes/realtime.yaml"
 STAGED = "/etc/vllm/scenes/.validated/realtime.yaml"
 FACT = "/etc/ansible/facts.d/vllm_fleet.fact"
 HOOKS_LOG = "/var/log/vllm-fleet-hooks.log"  # the scenario's drain hooks (hooks/) log each call there
+# The rollouts' own compile-cache store, empty at first: the lab's may hold the good change's bundle already.
+STORE = tempfile.mkdtemp(prefix="mrol-compile-cache-")
 
 
 @functools.cache
@@ -52,7 +55,7 @@ def rollout(change: str) -> tuple[dict[str, dict[str, str]], subprocess.Complete
     """Roll out changes/<change>.yml to the whole lab once; return every host's state before, the run, and after."""
     before = {name: scene_state(name) for name in HOSTS}
     result = run_playbook(SCENARIO, LAB, "gpu_hosts", "../../playbooks/rollout.yml",
-                          "-e", f"@{SCENARIO}/changes/{change}.yml")
+                          "-e", f"@{SCENARIO}/changes/{change}.yml", "-e", f"vllm_scenes_compile_cache_store={STORE}")
     return before, result, {name: scene_state(name) for name in HOSTS}
 
 
@@ -127,9 +130,10 @@ def test_good_change_reaches_every_host_canary_first(host: testinfra.host.Host) 
 
 
 def test_batches_after_the_canary_start_from_its_compile_cache(host: testinfra.host.Host) -> None:
-    """The good change's new engine argument needs new compiled graphs: the hosts after the canary unpack the bundle
-    it published instead of compiling them again (docs/compile-cache.md)."""
+    """The good change's new engine argument needs new compiled graphs: the canary compiles and publishes them, the
+    hosts after it unpack that bundle instead of compiling them again (docs/compile-cache.md)."""
     _, result, _ = rollout("good")
     assert host.backend.get_hostname() in HOSTS
-    assert changed_hosts(result.stdout, "Unpack each bundle into its scene's cache") >= set(HOSTS[1:]), \
+    assert changed_hosts(result.stdout, "Pack each scene's compiled artefacts") == {CANARY}, result.stdout[-4000:]
+    assert changed_hosts(result.stdout, "Unpack each bundle into its scene's cache") == set(HOSTS[1:]), \
         result.stdout[-4000:]
