@@ -55,7 +55,7 @@ molecule: setup lab-model  ## every scenario, in MOLECULE_LANES; they use the la
 	$(BIN)/python tools/molecule_lanes.py $(MOLECULE_LANES)
 
 checks: setup  # lint, syntax and unit tests, one after another
-	$(MAKE) --no-print-directory -j1 lint syntax unit
+	$(MAKE) --no-print-directory lint && $(MAKE) --no-print-directory syntax && $(MAKE) --no-print-directory unit
 
 # The checks run beside the molecule lanes: the lanes' first minutes (lab roots, apt, the wheelhouse download) wait on
 # the network, not the cores. Each part's output comes whole when it ends; make fails if either fails.
