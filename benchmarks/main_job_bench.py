@@ -28,10 +28,15 @@ def forget_release_bundles() -> None:
     shutil.rmtree(LAB_WWW / "wheels" / "releases", ignore_errors=True)
 
 
+def wipe_cache() -> None:
+    """Stop the scene on host 1 and empty its compile caches, as a replaced disk would leave them."""
+    LAB.on_host(1, f"systemctl stop vllm-scene-{SCENE} && find /var/lib/vllm/cache/{SCENE} -mindepth 1 -delete")
+
+
 def restart_time(cold: bool) -> float:
     """Restart the scene on host 1, with its compile caches wiped when cold; return seconds to healthy."""
     if cold:
-        LAB.on_host(1, f"systemctl stop vllm-scene-{SCENE} && find /var/lib/vllm/cache/{SCENE} -mindepth 1 -delete")
+        wipe_cache()
     return LAB.restart_time(1, f"vllm-scene-{SCENE}")
 
 
@@ -47,7 +52,7 @@ def seeded_start(results: Results) -> None:
     cold = restart_time(cold=True)
     cold_init = init_engine_seconds()
     timed(converge("verify"), ENV)  # publishes the bundle of the hot cache
-    LAB.on_host(1, f"systemctl stop vllm-scene-{SCENE} && find /var/lib/vllm/cache/{SCENE} -mindepth 1 -delete")
+    wipe_cache()
     timed(converge("verify,vllm_scenes_run"), ENV)
     seeded = LAB.restart_time(1, f"vllm-scene-{SCENE}")
     seeded_init = init_engine_seconds()
