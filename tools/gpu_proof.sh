@@ -112,10 +112,12 @@ stop_scene() {  # stop_scene NAME: stop it; its runtime directory goes, as syste
   python3 tools/run_scene.py stop "$1" && rm -rf "/run/vllm-scene-$1"
 }
 
-jit_caches() {  # jit_caches LABEL: the JIT caches vLLM's kernels leave (FlashInfer's in the cache, humming's in the home)
-  { echo "-- $1: JIT cache files (mtime, bytes, path)"; du -sh "$CACHE"/* /var/lib/vllm/.[!.]* 2>/dev/null
-    find "$CACHE/flashinfer" /var/lib/vllm/.humming /var/lib/vllm/.cache -type f -printf '%TY-%Tm-%Td %TT %10s %p\n' 2>/dev/null \
-      | sort -k4 | head -60; } >>"$STATE/summary.txt"
+jit_caches() {  # jit_caches LABEL: the JIT caches vLLM's kernels leave: FlashInfer's and humming's in the scene's cache
+  # (the unit's FLASHINFER_WORKSPACE_BASE, HUMMING_CACHE_DIR, HUMMING_TMP_DIR), vLLM's own (vllm/modelinfos, a bundle
+  # carries only vllm/torch_compile_cache), and whatever still lands in the home
+  { echo "-- $1: JIT cache files (mtime, bytes, path)"; du -sh "$CACHE"/* "$CACHE"/vllm/* /var/lib/vllm/.[!.]* 2>/dev/null
+    find "$CACHE/flashinfer" "$CACHE/humming" /var/lib/vllm/.humming /var/lib/vllm/.cache -type f \
+      -printf '%TY-%Tm-%Td %TT %10s %p\n' 2>/dev/null | sort -k4 | head -60; } >>"$STATE/summary.txt"
 }
 
 checkpoint() { cp "$STATE/summary.txt" "$OUT/summary.txt"; }
@@ -188,20 +190,21 @@ case ${1:-} in
     checkpoint
     start_scene realtime hostB
     healthy realtime 8000 seeded-hostB && compile_lines scene-realtime-hostB seeded-hostB
+    { echo "-- written outside $CACHE since host B's start"; outside_cache; } >>"$STATE/summary.txt"
     jit_caches seeded-hostB-after-start
     python3 -c 'import sys; a, b = (float(open(f).read()) for f in sys.argv[1:]); print(f"host B / host A: {b:.1f} / {a:.1f} s = {b / a:.2f}x")' \
       "$STATE/cold-hostA.seconds" "$STATE/seeded-hostB.seconds" 2>/dev/null | tee -a "$STATE/summary.txt"
     checkpoint
-    # What a bundle without FlashInfer's JIT kernels gives host B (the kit's own unit leaves them outside the cache).
-    if (( SECONDS < 390 )) && [ -d "$CACHE/flashinfer" ]; then
+    if (( SECONDS < 480 )); then
+      stop_scene realtime && start_scene realtime warm
+      healthy realtime 8000 warm-restart && compile_lines scene-realtime-warm warm-restart
+      checkpoint
+    fi
+    # What FlashInfer's JIT kernels alone are worth: the same cache without its flashinfer part, if time is left.
+    if (( SECONDS < 400 )) && [ -d "$CACHE/flashinfer" ]; then
       stop_scene realtime && mv "$CACHE/flashinfer" "$ASIDE/flashinfer-hostB"
       start_scene realtime no-flashinfer
       healthy realtime 8000 seeded-without-flashinfer && compile_lines scene-realtime-no-flashinfer seeded-without-flashinfer
-      checkpoint
-    fi
-    if (( SECONDS < 505 )); then
-      stop_scene realtime && start_scene realtime warm
-      healthy realtime 8000 warm-restart && compile_lines scene-realtime-warm warm-restart
     fi
     { echo "-- step took ${SECONDS} s"; ls -la /var/lib/vllm; du -sh "$ASIDE"/*; } >>"$STATE/summary.txt" 2>&1
     pack compile-cache
