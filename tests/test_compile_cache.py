@@ -26,6 +26,7 @@ bundles = load_as("ansible.module_utils.vllm_fleet_compile_cache",
 module = load_as("vllm_fleet_compile_cache", REPO / "plugins" / "modules" / "vllm_fleet_compile_cache.py")
 
 PARTS = cc.cache_parts("cpu")
+EXACT_NS = 1_733_000_000_123_456_789  # a time a float of seconds cannot hold
 ZSTD = "zstd -1 -T0"
 SCENE = {"name": "realtime", "model_path": "/var/lib/vllm/models/tiny", "gpus": [0], "env": {},
          "engine_args": {"max-model-len": 4096, "max-num-seqs": 16, "gpu-memory-utilization": 0.9, "dtype": "bfloat16"}}
@@ -137,11 +138,13 @@ def compiled(tmp_path: Path) -> Iterator[dict[str, Any]]:
     """A scene cache as a first start leaves it, packed into a bundle, and an empty cache of a second host."""
     first = tmp_path / "host1" / "realtime"
     for relative, data in (("vllm/torch_compile_cache/abc/rank_0_0/backbone/graph.py", b"graph"),
+                           ("vllm/modelinfos/qwen2.json", b"{}"),
                            ("inductor/fxgraph/xy/entry", os.urandom(1 << 20)), ("inductor/kernel.so", b"\x7fELF"),
                            ("precompiled_headers/c.gch", b"header"), ("huggingface/token", b"host-only")):
         (first / relative).parent.mkdir(parents=True, exist_ok=True)
         (first / relative).write_bytes(data)
     (first / "inductor/kernel.so").chmod(0o755)
+    os.utime(first / "inductor/kernel.so", ns=(EXACT_NS, EXACT_NS))
     entry = bundle_of()
     archive = tmp_path / "bundle.tar.zst"
     bundles.pack(str(first), PARTS, entry["name"], entry["key"], str(archive), ZSTD)
@@ -171,6 +174,14 @@ def test_seed_gives_the_second_host_the_first_hosts_artefacts(compiled: dict[str
     assert not (compiled["second"] / "huggingface").exists()
     assert bundles.read_record(str(compiled["second"])) == compiled["entry"]["name"]
     assert not list(compiled["second"].parent.glob(".staging-*"))
+
+
+def test_seeded_files_keep_their_exact_times(compiled: dict[str, Any]) -> None:
+    """Each file keeps its modification time to the nanosecond: ninja rebuilds an object whose time moved at all."""
+    seed(compiled)
+    assert (compiled["second"] / "inductor/kernel.so").stat().st_mtime_ns == EXACT_NS
+    for relative in ("vllm/modelinfos/qwen2.json", "vllm/torch_compile_cache/abc/rank_0_0/backbone/graph.py"):
+        assert (compiled["second"] / relative).stat().st_mtime_ns == (compiled["first"] / relative).stat().st_mtime_ns
 
 
 def test_seed_keeps_what_the_cache_already_has(compiled: dict[str, Any]) -> None:

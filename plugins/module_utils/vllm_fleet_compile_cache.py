@@ -23,6 +23,8 @@ MANIFEST = "vllm-fleet-compile-cache.json"
 RECORD = ".vllm-fleet-compile-cache"
 FORMAT = 1
 CHUNK = 1 << 20
+# A pax header of our own: the exact modification time, which tar's float mtime cannot carry.
+MTIME_NS = "VLLM_FLEET.mtime_ns"
 NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}-[0-9a-f]{16}$")
 
 
@@ -93,7 +95,8 @@ def pack(scene_cache: str, parts: List[str], name: str, key: Dict[str, Any], arc
                 tar.addfile(info, io.BytesIO(manifest))
                 for part in present_parts(scene_cache, parts):
                     # Only files and directories travel: a cache's links and sockets belong to its own host.
-                    tar.add(os.path.join(scene_cache, part), arcname=part, filter=_regular_only)
+                    tar.add(os.path.join(scene_cache, part), arcname=part,
+                            filter=lambda info: _regular_only(info, scene_cache))
         finally:
             zstd.stdin.close()
             code = zstd.wait()
@@ -102,13 +105,21 @@ def pack(scene_cache: str, parts: List[str], name: str, key: Dict[str, Any], arc
     return os.path.getsize(archive)
 
 
-def _regular_only(info: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
-    """Keep regular files and directories, owned by nobody in particular; drop everything else."""
+def _regular_only(info: tarfile.TarInfo, scene_cache: str) -> Optional[tarfile.TarInfo]:
+    """Keep regular files and directories, owned by nobody in particular, with exact times; drop everything else."""
     if not (info.isreg() or info.isdir()):
         return None
     info.uid = info.gid = 0
     info.uname = info.gname = ""
+    # tar's float mtime moves a time by up to ~120 ns, and ninja rebuilds an object newer than the time it logged.
+    info.pax_headers = {**info.pax_headers, MTIME_NS: str(os.lstat(os.path.join(scene_cache, info.name)).st_mtime_ns)}
     return info
+
+
+def _mtime_ns(info: tarfile.TarInfo) -> int:
+    """Return a member's modification time in nanoseconds: exact where the bundle recorded it, else tar's own."""
+    exact = info.pax_headers.get(MTIME_NS, "")
+    return int(exact) if exact.isdigit() else int(info.mtime * 1_000_000_000)
 
 
 def _safe_member(info: tarfile.TarInfo, parts: List[str]) -> str:
@@ -170,7 +181,7 @@ def extract(archive: str, staging: str, parts: List[str], key: Dict[str, Any], c
                 shutil.copyfileobj(source, sink, CHUNK)
             # The service needs what it compiled as it was: executable kernels stay executable; nothing setuid.
             os.chmod(target, 0o750 if info.mode & 0o100 else 0o640)
-            os.utime(target, (info.mtime, info.mtime))
+            os.utime(target, ns=(_mtime_ns(info), _mtime_ns(info)))
             os.chown(target, uid, gid)
     if not manifest_seen:
         raise BundleError("it holds no manifest")
