@@ -7,7 +7,9 @@
 #   batch                     batch in place of realtime: site.yml, plan, cold start, verify at 64, a warm restart
 #   compile-cache [EXTRA...]  the fleet compile cache, after converge with the same EXTRA: realtime's cold start is
 #                             host A; site.yml packs and publishes its bundle; the cache moved aside is host B, which
-#                             site.yml seeds from the bundle; host B's first start, timed against A's
+#                             site.yml seeds from the bundle; host B's first start, timed against A's; with
+#                             GPU_PROOF_EXTRAS=1 also a warm restart and host B's cache without flashinfer
+#                             (GPU_PROOF_DEADLINE: seconds into the step after which it stops waiting, 575)
 # Each step leaves its logs and reports in $OUT/<step>.tar.gz and prints a short summary.
 set -uo pipefail
 
@@ -65,12 +67,12 @@ CACHE=/var/lib/vllm/cache/realtime
 STORE=${HOME:-}/.cache/vllm-fleet/compile-cache  # the role's default store: the controller is this host
 ASIDE=/var/lib/vllm-host-a
 
-healthy() {  # healthy NAME PORT LABEL: wait for /health until 575 s into this step; seconds into $STATE/LABEL.seconds
+healthy() {  # healthy NAME PORT LABEL: wait for /health until GPU_PROOF_DEADLINE (575) s into this step; seconds into $STATE/LABEL.seconds
   local looks=0
   until curl -sf -o /dev/null "http://127.0.0.1:$2/health"; do
     sleep 0.5; looks=$((looks + 1))
     python3 tools/run_scene.py status "$1" >/dev/null || { echo "$1 exited ($3)" | tee -a "$STATE/summary.txt"; return 1; }
-    (( SECONDS < 575 )) || { echo "$1 gave up waiting ($3)" | tee -a "$STATE/summary.txt"; return 1; }
+    (( SECONDS < ${GPU_PROOF_DEADLINE:-575} )) || { echo "$1 gave up waiting ($3)" | tee -a "$STATE/summary.txt"; return 1; }
   done
   since "$(cat "$STATE/$1.started")" >"$STATE/$3.seconds"
   echo "$1 $3 start to healthy: $(cat "$STATE/$3.seconds") s$( ((looks)) || echo ' (healthy at the first look: at most)')" \
@@ -79,8 +81,8 @@ healthy() {  # healthy NAME PORT LABEL: wait for /health until 575 s into this s
 
 compile_lines() {  # compile_lines LOG LABEL: vLLM's compile and cache lines of one start, verbatim (cut at 400 chars)
   echo "-- $2: vLLM's compile and cache lines" >>"$STATE/summary.txt"
-  grep -E "torch.compile|Compiling a graph|Directly load|saved AOT|Cache the graph|Dynamo bytecode|Using cache directory|init engine|[Ff]lash[Ii]nfer|JIT|jit|Graph capturing|Model loading took|Starting vLLM server" \
-    "$STATE/$1.log" | grep -v "Initializing a V1 LLM engine" | cut -c1-400 | head -40 >>"$STATE/summary.txt"
+  grep -E "non-default args|Resolved architecture|modelinfos|inspect|torch.compile|Compiling a graph|Directly load|saved AOT|Cache the graph|Dynamo bytecode|Using cache directory|init engine|[Ff]lash[Ii]nfer|JIT|jit|Graph capturing|Model loading took|Starting vLLM server" \
+    "$STATE/$1.log" | grep -v "Initializing a V1 LLM engine" | cut -c1-400 | head -60 >>"$STATE/summary.txt"
 }
 
 tasks_said() {  # tasks_said LOG REGEX: the matching vllm_scenes tasks of an ansible-playbook log and their results
@@ -97,7 +99,7 @@ store_listing() {  # store_listing: the controller's bundle store, each index en
     python3 -c 'import json, sys; e = json.load(open(sys.argv[1])); k = e.pop("key")
 print(json.dumps(e, sort_keys=True)); print("key:", json.dumps(k, sort_keys=True))' "$entry" >>"$STATE/summary.txt"
     zstd -dc "$STORE/$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["archive"])' "$entry")" \
-      | tar -tvf - | awk '{ n = split($6, p, "/"); k = (p[1] == "vllm" && n > 2 ? p[1] "/" p[2] : p[1]); if ($1 !~ /^d/) { s[k] += $3; f[k]++ } }
+      | tar --warning=no-unknown-keyword -tvf - | awk '{ n = split($6, p, "/"); k = (p[1] == "vllm" && n > 2 ? p[1] "/" p[2] : p[1]); if ($1 !~ /^d/) { s[k] += $3; f[k]++ } }
           END { for (k in s) printf "  %10.1f MiB %6d files  %s\n", s[k] / 1048576, f[k], k }' | sort -k4 >>"$STATE/summary.txt"
   done
 }
@@ -113,14 +115,14 @@ stop_scene() {  # stop_scene NAME: stop it; its runtime directory goes, as syste
 }
 
 jit_caches() {  # jit_caches LABEL: the JIT caches vLLM's kernels leave: FlashInfer's and humming's in the scene's cache
-  # (the unit's FLASHINFER_WORKSPACE_BASE, HUMMING_CACHE_DIR, HUMMING_TMP_DIR), vLLM's own (vllm/modelinfos, a bundle
-  # carries only vllm/torch_compile_cache), and whatever still lands in the home
+  # (the unit's FLASHINFER_WORKSPACE_BASE, HUMMING_CACHE_DIR, HUMMING_TMP_DIR), vLLM's model-class inspection
+  # (vllm/modelinfos, bundled since 33f2c43), and whatever still lands in the home
   { echo "-- $1: JIT cache files (mtime, bytes, path)"; du -sh "$CACHE"/* "$CACHE"/vllm/* /var/lib/vllm/.[!.]* 2>/dev/null
-    find "$CACHE/flashinfer" "$CACHE/humming" /var/lib/vllm/.humming /var/lib/vllm/.cache -type f \
+    find "$CACHE/flashinfer" "$CACHE/humming" "$CACHE/vllm/modelinfos" /var/lib/vllm/.humming /var/lib/vllm/.cache -type f \
       -printf '%TY-%Tm-%Td %TT %10s %p\n' 2>/dev/null | sort -k4 | head -60; } >>"$STATE/summary.txt"
 }
 
-checkpoint() { cp "$STATE/summary.txt" "$OUT/summary.txt"; }
+checkpoint() { cp "$STATE/summary.txt" "$OUT/summary.txt"; cp "$STATE"/scene-*.log "$OUT/" 2>/dev/null || true; }
 
 pack() {  # pack STEP: everything so far into $OUT/STEP.tar.gz, and the summary beside it
   cp "$STATE/summary.txt" "$OUT/summary.txt"
@@ -195,13 +197,13 @@ case ${1:-} in
     python3 -c 'import sys; a, b = (float(open(f).read()) for f in sys.argv[1:]); print(f"host B / host A: {b:.1f} / {a:.1f} s = {b / a:.2f}x")' \
       "$STATE/cold-hostA.seconds" "$STATE/seeded-hostB.seconds" 2>/dev/null | tee -a "$STATE/summary.txt"
     checkpoint
-    if (( SECONDS < 480 )); then
+    if [ "${GPU_PROOF_EXTRAS:-0}" = 1 ] && (( SECONDS < 480 )); then
       stop_scene realtime && start_scene realtime warm
       healthy realtime 8000 warm-restart && compile_lines scene-realtime-warm warm-restart
       checkpoint
     fi
     # What FlashInfer's JIT kernels alone are worth: the same cache without its flashinfer part, if time is left.
-    if (( SECONDS < 400 )) && [ -d "$CACHE/flashinfer" ]; then
+    if [ "${GPU_PROOF_EXTRAS:-0}" = 1 ] && (( SECONDS < 400 )) && [ -d "$CACHE/flashinfer" ]; then
       stop_scene realtime && mv "$CACHE/flashinfer" "$ASIDE/flashinfer-hostB"
       start_scene realtime no-flashinfer
       healthy realtime 8000 seeded-without-flashinfer && compile_lines scene-realtime-no-flashinfer seeded-without-flashinfer
