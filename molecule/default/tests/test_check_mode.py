@@ -1,9 +1,9 @@
 """Check mode as the PR preview of the main job (docs/check-mode.md): `site.yml --check --diff` on the converged lab.
 
-With nothing changed it reports no change on any host, still asks systemd about every scene, and skips the load test.
-With one host var changed (the batch scene's max_num_seqs on the host that runs batch, from a second inventory source
-as a pull request would change it) it reports exactly the staged and the live config of that scene, each with a
-one-line diff, and the restart it would make; nothing on the other scene or host, and the host is left as it was.
+One run on the whole lab, with one host var changed (the batch scene's max_num_seqs on the host that runs batch, from a
+second inventory source as a pull request would change it): the other host reports no change; the changed one reports
+exactly the staged and the live config of that scene, each with a one-line diff, and the restart it would make, and is
+left as it was; every host still asks systemd about every scene, and no load test runs.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import testinfra
 import testinfra.host
 import yaml
 
@@ -93,20 +94,21 @@ def recap(output: str, host: str) -> dict[str, int]:
     return {key: int(value) for key, value in re.findall(r"(\w+)=(\d+)", line.group(1))}
 
 
-@functools.cache
-def converged_check() -> str:
-    """Run site.yml in check mode with diffs on every host of the converged lab once; return the output."""
-    result = run_playbook(SCENARIO, LAB, "gpu_hosts", "converge.yml", "--check", "--diff")
-    assert result.returncode == 0, result.stdout[-4000:]
-    return result.stdout
+def scene_state(name: str) -> tuple[str, str]:
+    """Return the live batch config and the MainPID of its service on host name, to prove check mode changed neither."""
+    host = testinfra.get_host(f"ansible://{name}", ansible_inventory=os.environ["MOLECULE_INVENTORY_FILE"])
+    return (host.file(f"{CONFIG_DIR}/{SCENE}.yaml").content_string,
+            host.check_output(f"systemctl show -p MainPID --value vllm-scene-{SCENE}"))
 
 
 @functools.cache
-def one_change_check() -> str:
-    """Run the same check with the batch scene's max_num_seqs changed on the one host that runs it; return the output."""
+def one_change_check() -> tuple[str, tuple[str, str], tuple[str, str]]:
+    """Run site.yml in check mode with diffs on the whole converged lab once, the batch scene's max_num_seqs changed on
+    the one host that runs it; return the output and that scene's state before and after."""
     host, scenes = changed_host()
     scenes = [{**scene, "engine_args": {**scene.get("engine_args", {}), "max_num_seqs": NEW_SEQS}}
               if scene["name"] == SCENE else scene for scene in scenes]
+    before = scene_state(host)
     with tempfile.TemporaryDirectory() as change:
         # A second inventory source: its host_vars are read after the scenario's and win, as a changed file would.
         (Path(change) / "host_vars").mkdir()
@@ -114,26 +116,20 @@ def one_change_check() -> str:
         (Path(change) / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump({"vllm_scenes_list": scenes}))
         result = run_playbook(SCENARIO, LAB, "gpu_hosts", "converge.yml", "--check", "--diff", "-i", change)
     assert result.returncode == 0, result.stdout[-4000:]
-    return result.stdout
+    return result.stdout, before, scene_state(host)
 
 
-def scene_state(host: testinfra.host.Host) -> tuple[str, str]:
-    """Return the live batch config and the MainPID of its service, to prove check mode changed neither."""
-    return (host.file(f"{CONFIG_DIR}/{SCENE}.yaml").content_string,
-            host.check_output(f"systemctl show -p MainPID --value vllm-scene-{SCENE}"))
-
-
-def test_converged_host_reports_no_change(host: testinfra.host.Host) -> None:
-    """On the converged lab, check mode reports no change, no diff, and nothing failed."""
-    output = converged_check()
-    assert recap(output, name(host))["changed"] == 0 and changes(output, name(host)) == set(), output[-4000:]
+def test_unchanged_host_reports_no_change_and_nothing_fails(host: testinfra.host.Host) -> None:
+    """In one check of the whole converged lab, the host without the change reports no change; no host fails."""
+    output, _, _ = one_change_check()
+    if name(host) != changed_host()[0]:
+        assert recap(output, name(host))["changed"] == 0 and changes(output, name(host)) == set(), output[-4000:]
     assert recap(output, name(host))["failed"] == 0
-    assert diffs(output) == {}, diffs(output)
 
 
 def test_check_mode_still_asks_systemd_about_every_scene(host: testinfra.host.Host) -> None:
     """The start/enable task runs in check mode too, so a stopped or disabled scene would show as a change."""
-    output = converged_check()
+    output, _, _ = one_change_check()
     task = output.split("TASK [vllm_scenes : Start and enable every scene]", 1)[1].split("\nTASK ", 1)[0]
     checked = re.findall(rf"^ok: \[{re.escape(name(host))}\] => \(item=(\S+)\)", task, re.M)
     units = host.check_output("ls /etc/systemd/system").split()
@@ -144,18 +140,17 @@ def test_check_mode_still_asks_systemd_about_every_scene(host: testinfra.host.Ho
 
 def test_check_mode_skips_the_load_test(host: testinfra.host.Host) -> None:
     """Verification says it is skipped in check mode and runs no load test against the running scenes."""
-    output = converged_check()
+    output, _, _ = one_change_check()
     assert f"{name(host)}: verification skipped in check mode" in output
     assert "vllm bench serve the scene" not in output
 
 
 def test_one_host_var_change_reports_exactly_that_scene(host: testinfra.host.Host) -> None:
-    """After one host var change the preview reports the scene's staged and live config and its restart, nothing else."""
+    """After one host var change the preview reports the scene's staged and live config, each with a one-line diff,
+    and its restart: nothing else on that host, nothing on the other, and the host is left as it was."""
+    output, before, after = one_change_check()
     target, _ = changed_host()
-    before = scene_state(host) if name(host) == target else None
-    output = one_change_check()
     assert changes(output, name(host)) == (EXPECTED_CHANGES if name(host) == target else set()), output[-4000:]
     assert recap(output, name(host))["changed"] == (len(EXPECTED_CHANGES) if name(host) == target else 0)
     assert diffs(output) == EXPECTED_DIFFS, diffs(output)
-    if before is not None:
-        assert scene_state(host) == before  # check mode wrote nothing and restarted nothing
+    assert after == before  # check mode wrote nothing and restarted nothing

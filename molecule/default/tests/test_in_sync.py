@@ -1,8 +1,9 @@
-"""The in-sync skip (docs/in-sync.md): after a full converge, site.yml skips every host whose record matches; a file
-changed by hand makes that host converge in full again (and be repaired), the other stays skipped.
+"""Idempotence and the in-sync skip (docs/in-sync.md): after a full converge, site.yml skips every host whose record
+matches; a file changed by hand makes that host converge in full again (and be repaired), the other stays skipped.
 
 Molecule converges with its own --skip-tags (notest, ...), which is not a full converge and records nothing: the
-first run here converges in full (nothing to change) and writes the record."""
+first run here is site.yml again in full, load tests included, on the converged lab. It must change nothing but the
+record it writes: it is the scenario's idempotence check (molecule.yml has no idempotence step)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,9 @@ FACT = "/etc/ansible/facts.d/vllm_fleet.fact"  # vllm_state writes it 0644; a mo
 SKIPPED = "in sync with its last full converge: skipped"
 
 
-def rerun() -> str:
-    """Run site.yml without verification, the in-sync skip on (converge.yml turns it off); return the output."""
-    result = run_playbook(SCENARIO, LAB, "gpu_hosts", "converge.yml", "--skip-tags", "verify",
-                          "-e", "vllm_fleet_skip_in_sync=true")
+def rerun(*extra: str) -> str:
+    """Run site.yml with the in-sync skip on (converge.yml turns it off) and extra arguments; return the output."""
+    result = run_playbook(SCENARIO, LAB, "gpu_hosts", "converge.yml", "-e", "vllm_fleet_skip_in_sync=true", *extra)
     assert result.returncode == 0, result.stdout[-4000:]
     return result.stdout
 
@@ -72,38 +72,41 @@ def drift_by_hand() -> None:
 
 
 @functools.cache
-def runs() -> tuple[str, str, str, str]:
-    """Record the converged lab; rerun it; drift one host's fact mode by hand and rerun; rerun again. Return the
-    outputs."""
+def runs() -> tuple[str, str, str]:
+    """Converge the converged lab in full and record it; drift one host's fact mode by hand and rerun; rerun again.
+    Return the outputs (the two reruns without the load tests: the first run has them)."""
     recorded = rerun()
-    in_sync = rerun()
     drift_by_hand()
-    repaired = rerun()
-    return recorded, in_sync, repaired, rerun()
+    repaired = rerun("--skip-tags", "verify")
+    return recorded, repaired, rerun("--skip-tags", "verify")
 
 
 def test_first_full_converge_changes_nothing_and_records(host: testinfra.host.Host) -> None:
-    """With no record yet, the host converges in full, says so, and changes nothing but the record it writes (the
-    scenario converged it)."""
+    """With no record yet, the host converges in full, says so, load-tests its scenes, and changes nothing but the
+    record it writes (the scenario converged it): site.yml is idempotent."""
     output = runs()[0]
     name = host.backend.get_hostname()
     assert "converges: no full converge is recorded" in output, output[-4000:]
     assert ran_role_tasks(output, name), output[-4000:]
+    assert any(task.startswith("vllm_verify : Load-test") for task in tasks_with(output, name, "ok")), output[-4000:]
     assert changed_tasks(output, name) == {"vllm_state : Record the host as this full converge leaves it"}
+    assert recap(output, name)["failed"] == 0
     assert host.file("/var/lib/vllm-fleet/in-sync.json").mode == 0o600
 
 
 def test_converged_hosts_are_skipped(host: testinfra.host.Host) -> None:
-    """Right after a full converge, every host is in sync: no converge task runs, nothing changes."""
-    output = runs()[1]
+    """Right after its full converge, a host is in sync: no converge task runs, nothing changes. The other host's
+    first rerun and the drifted host's rerun after its repair show it."""
+    _, repaired, again = runs()
     name = host.backend.get_hostname()
+    output = again if name == DRIFTED_HOST else repaired
     assert SKIPPED in output and recap(output, name)["changed"] == 0, output[-4000:]
     assert not ran_role_tasks(output, name), output[-4000:]
 
 
 def test_a_file_changed_by_hand_makes_its_host_converge(host: testinfra.host.Host) -> None:
     """The drifted host converges in full, says why, and gets its file back; the other host is still skipped."""
-    _, _, repaired, again = runs()
+    _, repaired, again = runs()
     name = host.backend.get_hostname()
     if name == DRIFTED_HOST:
         assert f"converges: path {FACT} changed" in repaired, repaired[-4000:]
