@@ -7,13 +7,13 @@ LAB_DISTRO ?= debian12
 # The lab's file server (tools/lab) serves this directory to lab hosts; the lab inventory points there.
 LAB_WWW := /var/lib/vllm-fleet-lab/www
 # Molecule scenarios in two lanes that run at once, each in order (tools/molecule_lanes.py). Those that serve vLLM
-# are CPU-bound on the lab's 2 cores: default and rollout at once took as long as one after the other (default 31 min
-# beside rollout, 21 min beside the light lane), so they share one lane, default first (it builds the wheelhouse,
-# packs the release and publishes the compile-cache bundles the others start from); the scenarios that serve no
-# vLLM run beside them, then vllm (an install only) once default has packed, then vllm_scenes (one host whose scenes
-# start from default's bundles) beside rollout, which leaves a core idle while its canary restarts alone.
-# Each scenario is in exactly one lane (a test checks).
-MOLECULE_LANES ?= default,rollout nvidia_driver,vllm_model,vllm_drift,node_exporter,vllm,vllm_scenes
+# are CPU-bound on the lab's 2 cores. default (the main job on three hosts, and the rollouts on them) is the longest
+# and has lane 1 to itself; it builds the wheelhouse, packs the release and publishes the compile-cache bundles the
+# others start from. Lane 2 runs at MOLECULE_NICE, on the cores default leaves idle (it averages 1.4 of 2 alone):
+# first the scenarios that serve no vLLM, then vllm (an install only) once default has packed, then vllm_scenes (one
+# host whose scenes start from default's bundles). Each scenario is in exactly one lane (a test checks).
+MOLECULE_LANES ?= default nvidia_driver,vllm_model,vllm_drift,node_exporter,vllm,vllm_scenes
+MOLECULE_NICE ?= 10
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 
@@ -52,7 +52,7 @@ unit: setup  # pytest exits 5 when it collects nothing, which fails the target
 	pytest -q tests
 
 molecule: setup lab-model  ## every scenario, in MOLECULE_LANES; they use the lab's file server, wheelhouse and tiny model
-	$(BIN)/python tools/molecule_lanes.py $(MOLECULE_LANES)
+	$(BIN)/python tools/molecule_lanes.py --nice $(MOLECULE_NICE) $(MOLECULE_LANES)
 
 checks: setup  # lint, syntax and unit tests, one after another
 	$(MAKE) --no-print-directory lint && $(MAKE) --no-print-directory syntax && $(MAKE) --no-print-directory unit

@@ -17,18 +17,17 @@ from benchlib import REPO, BenchError, Lab, Results, markdown_table, record, sum
 
 LAB = Lab("mrlb", 245)  # lab indexes 245..247: far from `make lab-up`, molecule and the other benchmarks
 UNIT = "vllm-scene-realtime.service"
-# The rollout scenario's light verification (three CPU vLLM servers share the machine) and its failing change.
-LIGHT_VERIFY = REPO / "molecule" / "rollout" / "group_vars" / "all" / "verify.yml"
-FAILS_AT_START = REPO / "molecule" / "rollout" / "changes" / "fails-at-start.yml"
+# The rollout tests' light verification (three CPU vLLM servers share the machine).
+LIGHT_VERIFY = REPO / "molecule" / "default" / "rollout" / "verify.yml"
 ROLLOUT = "playbooks/rollout.yml"
 SINGLE, FLEET = "config rollout, 1 host", "config rollout, 3 hosts (canary + batch of 2)"
 RESTORE, WARM = "restore of the failed canary (files back, restart, healthy)", "warm restart of its scene"
 
 
-def change(max_num_seqs: int) -> Path:
-    """Write an extra-vars file that changes the realtime scene's max_num_seqs; return its path."""
+def change(**engine_args: int) -> Path:
+    """Write an extra-vars file that sets the realtime scene's engine args; return its path."""
     scenes = {"vllm_scenes_list": [{"name": "realtime", "host": "0.0.0.0", "api_key_var": "vault_lab_realtime_api_key",
-                                    "engine_args": {"max_num_seqs": max_num_seqs}}]}
+                                    "engine_args": engine_args}]}
     handle, path = tempfile.mkstemp(prefix="rollout-bench-", suffix=".json")
     os.write(handle, json.dumps(scenes).encode())
     os.close(handle)
@@ -46,7 +45,7 @@ def rollout(limit: str, *extra_vars: Path, times: Path | None = None) -> subproc
 
 def timed_rollout(limit: str, max_num_seqs: int) -> float:
     """Roll out a max_num_seqs change to limit; return its wall time; raise BenchError when it fails."""
-    path = change(max_num_seqs)
+    path = change(max_num_seqs=max_num_seqs)
     try:
         started = time.monotonic()
         done = rollout(limit, path)
@@ -70,8 +69,12 @@ def task_window(times: list[dict[str, object]], host: str, first: str, last: str
 
 def restore_time() -> float:
     """Roll out the change that fails at start-up; return the canary's restore time (restore until healthy)."""
+    failing = change(max_model_len=65536)  # passes the parser, fails at start-up: the model's limit is 4,096
     with tempfile.NamedTemporaryFile(suffix=".json") as times:
-        done = rollout("gpu_hosts", FAILS_AT_START, times=Path(times.name))
+        try:
+            done = rollout("gpu_hosts", failing, times=Path(times.name))
+        finally:
+            failing.unlink()
         if done.returncode == 0 or "rollout failed at step scenes" not in done.stdout:
             raise BenchError(f"the failing change did not fail on the canary as expected:\n{done.stdout[-3000:]}")
         return task_window(json.loads(Path(times.name).read_text()), f"{LAB.name}1", "Restore the snapshot",

@@ -43,6 +43,12 @@ def test_makefile_lanes_cover_the_repo_scenarios() -> None:
     assert molecule_lanes.lane_problems(molecule_lanes.parse_lanes(spec.split("=", 1)[1].split()), scenarios) == []
 
 
+def test_scenario_command_runs_molecule_at_the_niceness_asked() -> None:
+    """A lane after the first runs its scenarios under nice, so the first lane's scenario gets the cores first."""
+    assert molecule_lanes.scenario_command("vllm") == ["molecule", "test", "-s", "vllm"]
+    assert molecule_lanes.scenario_command("vllm", 10) == ["nice", "-n", "10", "molecule", "test", "-s", "vllm"]
+
+
 def test_lanes_run_at_once_and_each_log_is_printed_whole(tmp_path: Path) -> None:
     """a (lane 1) and c (lane 2) each wait until the other has started: lanes one after another would fail them."""
     printed: list[str] = []
@@ -147,4 +153,4 @@ def test_the_reason_adds_pytest_errors_falls_back_to_the_end_and_fits_its_width(
 def test_main_refuses_lanes_that_leave_a_scenario_out(capsys: pytest.CaptureFixture[str]) -> None:
     """Without --only, lanes must cover every scenario; the message says where to fix them."""
     assert molecule_lanes.main(["default"]) == 2
-    assert "no lane runs 'rollout'" in capsys.readouterr().err
+    assert "no lane runs 'vllm_scenes'" in capsys.readouterr().err

@@ -35,8 +35,13 @@ PHASES = ("create", "prepare", "check", "converge", "idempotence", "verify", "de
 
 
 def parse_lanes(specs: list[str]) -> list[list[str]]:
-    """Turn lane specs like "default,rollout" into lists of scenario names."""
+    """Turn lane specs like "vllm,vllm_scenes" into lists of scenario names."""
     return [[name for name in spec.split(",") if name] for spec in specs]
+
+
+def scenario_command(name: str, nice: int = 0) -> list[str]:
+    """Return the command that runs one scenario, at the given niceness (0: as this process runs)."""
+    return (["nice", "-n", str(nice)] if nice else []) + ["molecule", "test", "-s", name]
 
 
 def lane_problems(lanes: list[list[str]], scenarios: list[str], every: bool = True) -> list[str]:
@@ -182,6 +187,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("lanes", nargs="+", help="one argument per lane: scenario names joined by commas")
     parser.add_argument("--only", action="store_true", help="run just the scenarios named (no check that all run)")
+    parser.add_argument("--nice", type=int, default=0, help="niceness of every lane but the first (default 0)")
     args = parser.parse_args(argv)
     lanes = parse_lanes(args.lanes)
     scenarios = sorted(p.parent.name for p in (REPO / "molecule").glob("*/molecule.yml"))
@@ -191,7 +197,9 @@ def main(argv: list[str]) -> int:
         return 2
     log_dir = REPO / ".cache" / "molecule-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
-    runner = LaneRunner(lambda name: ["molecule", "test", "-s", name], log_dir, lambda text: print(text, flush=True))
+    lane_of = {name: number for number, lane in enumerate(lanes, 1) for name in lane}
+    runner = LaneRunner(lambda name: scenario_command(name, args.nice if lane_of[name] > 1 else 0), log_dir,
+                        lambda text: print(text, flush=True))
     passed = runner.run(lanes)
     print(runner.summary())
     if not passed:
