@@ -6,7 +6,8 @@ import hashlib
 import json
 from typing import Any, Optional
 
-KEY_FORMAT = 1
+# 2: bundles carry vllm/modelinfos and exact file times; a store's format-1 bundles (without them) are never used.
+KEY_FORMAT = 2
 # The parts of a scene's cache directory that hold compiled artefacts: the unit points vLLM (VLLM_CACHE_ROOT),
 # Inductor, Triton, FlashInfer (FLASHINFER_WORKSPACE_BASE) and humming-kernels (HUMMING_CACHE_DIR) there, and keeps
 # Inductor's precompiled header there through its link. vLLM's modelinfos (its model-class inspection, keyed by a
