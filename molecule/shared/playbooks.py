@@ -1,11 +1,21 @@
-"""Run one of a scenario's playbooks again from a testinfra test, the way molecule runs it."""
+"""Run one of a scenario's playbooks again from a testinfra test, the way molecule runs it, and reach any of its hosts."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import testinfra
+import testinfra.host
+
+
+@functools.cache
+def lab_host(name: str) -> testinfra.host.Host:
+    """Return a testinfra connection to one lab host through molecule's inventory (not only the test's own host)."""
+    return testinfra.get_host(f"ansible://{name}", ansible_inventory=os.environ["MOLECULE_INVENTORY_FILE"])
 
 
 def run_playbook(scenario: Path, lab: str, limit: str, playbook: str, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -15,7 +15,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import testinfra
 import testinfra.host
 import yaml
 
@@ -23,7 +22,7 @@ SCENARIO = Path(__file__).resolve().parents[1]
 REPO = SCENARIO.parents[1]
 sys.path.insert(0, str(REPO / "molecule" / "shared"))
 
-from playbooks import run_playbook  # noqa: E402
+from playbooks import lab_host, run_playbook  # noqa: E402
 
 LAB = os.environ.get("VFL_LAB", "mdef")  # molecule.yml's provisioner env names the scenario's lab
 CONFIG_DIR = "/etc/vllm/scenes"
@@ -96,7 +95,7 @@ def recap(output: str, host: str) -> dict[str, int]:
 
 def scene_state(name: str) -> tuple[str, str]:
     """Return the live batch config and the MainPID of its service on host name, to prove check mode changed neither."""
-    host = testinfra.get_host(f"ansible://{name}", ansible_inventory=os.environ["MOLECULE_INVENTORY_FILE"])
+    host = lab_host(name)
     return (host.file(f"{CONFIG_DIR}/{SCENE}.yaml").content_string,
             host.check_output(f"systemctl show -p MainPID --value vllm-scene-{SCENE}"))
 

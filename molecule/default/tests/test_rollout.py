@@ -14,14 +14,13 @@ import sys
 import tempfile
 from pathlib import Path
 
-import testinfra
 import testinfra.host
 
 SCENARIO = Path(__file__).resolve().parents[1]
 REPO = SCENARIO.parents[1]
 sys.path.insert(0, str(REPO / "molecule" / "shared"))
 
-from playbooks import run_playbook  # noqa: E402
+from playbooks import lab_host, run_playbook  # noqa: E402
 
 LAB = os.environ.get("VFL_LAB", "mdef")
 HOSTS = ("mdef1", "mdef2", "mdef3")
@@ -34,12 +33,6 @@ FACT = "/etc/ansible/facts.d/vllm_fleet.fact"
 HOOKS_LOG = "/var/log/vllm-fleet-hooks.log"  # the drain hooks (rollout/hooks) log each call there
 # The rollouts' own compile-cache store, empty at first: the lab's may hold the good change's bundle already.
 STORE = tempfile.mkdtemp(prefix="mdef-rollout-compile-cache-")
-
-
-@functools.cache
-def lab_host(name: str) -> testinfra.host.Host:
-    """Return a testinfra connection to one lab host through molecule's inventory."""
-    return testinfra.get_host(f"ansible://{name}", ansible_inventory=os.environ["MOLECULE_INVENTORY_FILE"])
 
 
 def scene_state(name: str) -> dict[str, str]:
