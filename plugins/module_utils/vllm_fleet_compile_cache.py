@@ -181,7 +181,8 @@ def extract(archive: str, staging: str, parts: List[str], key: Dict[str, Any], c
                 shutil.copyfileobj(source, sink, CHUNK)
             # The service needs what it compiled as it was: executable kernels stay executable; nothing setuid.
             os.chmod(target, 0o750 if info.mode & 0o100 else 0o640)
-            os.utime(target, ns=(_mtime_ns(info), _mtime_ns(info)))
+            mtime_ns = _mtime_ns(info)
+            os.utime(target, ns=(mtime_ns, mtime_ns))
             os.chown(target, uid, gid)
     if not manifest_seen:
         raise BundleError("it holds no manifest")
