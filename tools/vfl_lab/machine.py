@@ -10,6 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from . import ansiballz_pyc
 from .plan import HostPlan, LabError
 from .system import Held, children, container_init, hold, in_machine, process_cmdline, release, run
 
@@ -42,8 +43,18 @@ def personalise(merged: Path, plan: HostPlan, public_key: str) -> str:
     (ssh_dir / "authorized_keys").write_text(public_key)
     os.chmod(ssh_dir / "authorized_keys", 0o600)
     run(["ssh-keygen", "-A", "-f", str(merged)])
+    install_ansiballz_cache(merged)
     key_type, key = (merged / "etc/ssh/ssh_host_ed25519_key.pub").read_text().split()[:2]
     return f"{key_type} {key}"
+
+
+def install_ansiballz_cache(merged: Path) -> None:
+    """Make the host's system Python keep the bytecode of Ansible's module code (tools/vfl_lab/ansiballz_pyc.py)."""
+    site = merged / "usr/lib/python3/dist-packages"
+    if not site.is_dir():
+        return
+    shutil.copyfile(ansiballz_pyc.__file__, site / f"{ansiballz_pyc.MODULE_NAME}.py")
+    (site / f"{ansiballz_pyc.MODULE_NAME}.pth").write_text(ansiballz_pyc.PTH_LINE)
 
 
 def boot(merged: Path, plan: HostPlan, log: Path) -> int:
