@@ -10,9 +10,9 @@ LAB_WWW := /var/lib/vllm-fleet-lab/www
 # are CPU-bound on the lab's 2 cores. default (the main job on three hosts, and the rollouts on them) is the longest
 # and has lane 1 to itself; it builds the wheelhouse, packs the release and publishes the compile-cache bundles the
 # others start from. Lane 2 runs at MOLECULE_NICE, on the cores default leaves idle (it averages 1.4 of 2 alone):
-# first the scenarios that serve no vLLM, then vllm (an install only) once default has packed, then vllm_scenes (one
-# host whose scenes start from default's bundles). Each scenario is in exactly one lane (a test checks).
-MOLECULE_LANES ?= default nvidia_driver,vllm_model,vllm_drift,node_exporter,vllm,vllm_scenes
+# first the scenarios that serve no vLLM, then vllm_scenes (one host: the release default has packed, the tiny model,
+# scenes that start from default's bundles). Each scenario is in exactly one lane (a test checks).
+MOLECULE_LANES ?= default nvidia_driver,vllm_model,vllm_drift,node_exporter,vllm_scenes
 MOLECULE_NICE ?= 10
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)

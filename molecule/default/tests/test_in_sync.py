@@ -20,6 +20,7 @@ SCENARIO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(SCENARIO.parents[1] / "molecule" / "shared"))
 
 from playbooks import run_playbook  # noqa: E402
+from rerun_hosts import LIMIT, rerun_host  # noqa: E402
 
 LAB = os.environ.get("VFL_LAB", "mdef")
 DRIFTED_HOST = "mdef2"
@@ -28,8 +29,9 @@ SKIPPED = "in sync with its last full converge: skipped"
 
 
 def rerun(*extra: str) -> str:
-    """Run site.yml with the in-sync skip on (converge.yml turns it off) and extra arguments; return the output."""
-    result = run_playbook(SCENARIO, LAB, "gpu_hosts", "converge.yml", "-e", "vllm_fleet_skip_in_sync=true", *extra)
+    """Run site.yml on the rerun hosts with the in-sync skip on (converge.yml turns it off) and extra arguments;
+    return the output."""
+    result = run_playbook(SCENARIO, LAB, LIMIT, "converge.yml", "-e", "vllm_fleet_skip_in_sync=true", *extra)
     assert result.returncode == 0, result.stdout[-4000:]
     return result.stdout
 
@@ -85,7 +87,7 @@ def test_first_full_converge_changes_nothing_and_records(host: testinfra.host.Ho
     """With no record yet, the host converges in full, says so, load-tests its scenes, and changes nothing but the
     record it writes (the scenario converged it): site.yml is idempotent."""
     output = runs()[0]
-    name = host.backend.get_hostname()
+    name = rerun_host(host)
     assert "converges: no full converge is recorded" in output, output[-4000:]
     assert ran_role_tasks(output, name), output[-4000:]
     assert any(task.startswith("vllm_verify : Load-test") for task in tasks_with(output, name, "ok")), output[-4000:]
@@ -98,7 +100,7 @@ def test_converged_hosts_are_skipped(host: testinfra.host.Host) -> None:
     """Right after its full converge, a host is in sync: no converge task runs, nothing changes. The other host's
     first rerun and the drifted host's rerun after its repair show it."""
     _, repaired, again = runs()
-    name = host.backend.get_hostname()
+    name = rerun_host(host)
     output = again if name == DRIFTED_HOST else repaired
     assert SKIPPED in output and recap(output, name)["changed"] == 0, output[-4000:]
     assert not ran_role_tasks(output, name), output[-4000:]
@@ -107,7 +109,7 @@ def test_converged_hosts_are_skipped(host: testinfra.host.Host) -> None:
 def test_a_file_changed_by_hand_makes_its_host_converge(host: testinfra.host.Host) -> None:
     """The drifted host converges in full, says why, and gets its file back; the other host is still skipped."""
     _, repaired, again = runs()
-    name = host.backend.get_hostname()
+    name = rerun_host(host)
     if name == DRIFTED_HOST:
         assert f"converges: path {FACT} changed" in repaired, repaired[-4000:]
         assert ran_role_tasks(repaired, name) and recap(repaired, name)["changed"] >= 1

@@ -29,8 +29,8 @@ def config(host: testinfra.host.Host, scene: str) -> dict[str, object]:
 
 
 def converge(host: testinfra.host.Host, *extra: str) -> tuple[int, str]:
-    """Run this scenario's converge again with extra arguments; return (exit code, output)."""
-    result = run_playbook(SCENARIO, "mvs", host.backend.get_hostname(), "converge.yml", *extra)
+    """Run this scenario's scenes play again with extra arguments; return (exit code, output)."""
+    result = run_playbook(SCENARIO, "mvs", host.backend.get_hostname(), "scenes.yml", *extra)
     return result.returncode, result.stdout
 
 

@@ -1,4 +1,5 @@
-"""Real state of a lab host after the vllm role, then its release pruning run for real."""
+"""Real state of a lab host after the vllm role (converge.yml runs it first), then its release pruning run for real
+(file order: before tests/test_vllm_scenes.py)."""
 
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def test_old_releases_pruned_without_reinstall(host: testinfra.host.Host) -> Non
     before = host.file(marker).mtime
     for age, name in enumerate(["cpu-0.30.0-aaaaaaaa", "cpu-0.31.0-bbbbbbbb", "cuda-0.33.0-cccccccc"], start=1):
         host.check_output(f"mkdir -p /opt/vllm/releases/{name} && touch -d '-{4 - age} days' /opt/vllm/releases/{name}")
-    result = run_playbook(SCENARIO, "mvl", host.backend.get_hostname(), "converge.yml", "-e", "vllm_releases_keep=1")
+    result = run_playbook(SCENARIO, "mvs", host.backend.get_hostname(), "release.yml", "-e", "vllm_releases_keep=1")
     assert result.returncode == 0, result.stdout[-3000:]
     assert sorted(host.check_output("ls /opt/vllm/releases").split()) == sorted(
         ["cuda-0.33.0-cccccccc", Path(release(host)).name])
