@@ -20,18 +20,25 @@ SCENARIO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(SCENARIO.parents[1] / "molecule" / "shared"))
 
 from playbooks import run_playbook  # noqa: E402
-from rerun_hosts import LIMIT, rerun_host  # noqa: E402
+from rerun_hosts import LIMIT, RERUN_HOSTS, rerun_host  # noqa: E402
 
 LAB = os.environ.get("VFL_LAB", "mdef")
 DRIFTED_HOST = "mdef2"
 FACT = "/etc/ansible/facts.d/vllm_fleet.fact"  # vllm_state writes it 0644; a mode change restarts nothing
 SKIPPED = "in sync with its last full converge: skipped"
+REPORTS = SCENARIO.parents[1] / "reports" / "molecule-default" / "in-sync"  # beside converge.yml's
 
 
 def rerun(*extra: str) -> str:
     """Run site.yml on the rerun hosts with the in-sync skip on (converge.yml turns it off) and extra arguments;
     return the output."""
-    result = run_playbook(SCENARIO, LAB, LIMIT, "converge.yml", "-e", "vllm_fleet_skip_in_sync=true", *extra)
+    # Reports go beside the converge's (tests/test_main_job.py reads those, of every host); their directories exist
+    # before the first run as the converge's did, so that run still changes nothing but the record.
+    for name in RERUN_HOSTS:
+        (REPORTS / name).mkdir(parents=True, exist_ok=True)
+        (REPORTS / name).chmod(0o755)
+    result = run_playbook(SCENARIO, LAB, LIMIT, "converge.yml", "-e", "vllm_fleet_skip_in_sync=true", "-e",
+                          f"vllm_verify_report_dir={REPORTS}", *extra)
     assert result.returncode == 0, result.stdout[-4000:]
     return result.stdout
 
