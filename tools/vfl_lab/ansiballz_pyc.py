@@ -47,13 +47,12 @@ def cached_compiler(compile_source: Callable[[str, bytes], CodeType], cache_dir:
         """Compile a zipped source as zipimport does, reading and filling the cache when it is owner's own."""
         if os.geteuid() != owner or not any(part in pathname for part in _SHIPPED):
             return compile_source(pathname, source)
+        try:
+            os.makedirs(cache_dir, mode=0o700, exist_ok=True)
+        except OSError:
+            return compile_source(pathname, source)
         if not private_dir(cache_dir, owner):
-            try:
-                os.makedirs(cache_dir, mode=0o700, exist_ok=True)
-            except OSError:
-                return compile_source(pathname, source)
-            if not private_dir(cache_dir, owner):
-                return compile_source(pathname, source)
+            return compile_source(pathname, source)
         entry = os.path.join(cache_dir, hashlib.sha256(source).hexdigest())
         code = _read(entry)
         if code is not None:
@@ -90,7 +89,7 @@ def _write(entry: str, code: CodeType) -> None:
 
 
 def install() -> None:
-    """Wrap zipimport's compile step, where this Python has one (3.8 to 3.13 do)."""
+    """Wrap zipimport's compile step, where this Python has one (the lab's 3.11 and 3.12 do)."""
     compile_source = getattr(zipimport, "_compile_source", None)
     if callable(compile_source) and not getattr(compile_source, "vfl_lab", False):
         wrapped = cached_compiler(compile_source)

@@ -20,13 +20,13 @@ SCENARIO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(SCENARIO.parents[1] / "molecule" / "shared"))
 
 from playbooks import run_playbook  # noqa: E402
-from rerun_hosts import LIMIT, RERUN_HOSTS, rerun_host  # noqa: E402
+from rerun_hosts import LIMIT, RERUN_HOSTS, SITE_REPORTS, rerun_host  # noqa: E402
 
 LAB = os.environ.get("VFL_LAB", "mdef")
 DRIFTED_HOST = "mdef2"
 FACT = "/etc/ansible/facts.d/vllm_fleet.fact"  # vllm_state writes it 0644; a mode change restarts nothing
 SKIPPED = "in sync with its last full converge: skipped"
-REPORTS = SCENARIO.parents[1] / "reports" / "molecule-default" / "in-sync"  # beside converge.yml's
+REPORTS = SITE_REPORTS / "in-sync"
 
 
 def rerun(*extra: str) -> str:

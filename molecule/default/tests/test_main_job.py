@@ -108,9 +108,9 @@ REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "molecule" / "shared"))
 
 from playbooks import lab_host, run_playbook  # noqa: E402
+from rerun_hosts import SITE_REPORTS  # noqa: E402
 
 
-SITE_REPORTS = REPO / "reports" / "molecule-default"  # converge.yml's vllm_verify_report_dir
 RERUN_REPORTS = SITE_REPORTS / "reruns"  # the reruns below leave site.yml's own reports as they were
 
 
