@@ -135,11 +135,12 @@ def config_file(scene: Scene) -> dict[str, Any]:
 
 
 def exposure_problems(scene: Scene) -> list[str]:
-    """Return why a scene's exposure is unsafe: a non-loopback listen address needs an API key."""
+    """Return why a scene's exposure is unsafe: any non-loopback listen address (vLLM's key guards /v1 paths only)."""
     loopback = scene["host"] in ("127.0.0.1", "::1", "localhost") or str(scene["host"]).startswith("127.")
-    if not loopback and not scene["api_key_var"]:
-        return [f"scene {scene['name']!r} listens on {scene['host']} without an API key: set its api_key_var to a "
-                "variable kept in Ansible Vault, or set its host to 127.0.0.1"]
+    if not loopback:
+        return [f"scene {scene['name']!r} listens on {scene['host']}, reachable off the host: vLLM checks its API key "
+                "on /v1 paths only, so /invocations, /metrics and others answer anyone; set its host to 127.0.0.1 "
+                "and serve clients through the fleet gateway (hosts in group gateways, docs/gateway.md)"]
     return []
 
 

@@ -1,5 +1,5 @@
 """Ansible filters over vllm-fleet's pure logic (lib/vllm_fleet): scenes, model weights, capacity plans, hardware
-rules, verification, rollouts, in-sync checks, wheelhouse locks and compile-cache bundles."""
+rules, verification, rollouts, in-sync checks, wheelhouse locks, compile-cache bundles and the fleet gateway."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
 
-from vllm_fleet import FleetError, compile_cache, hardware, in_sync, models, planner, rollout, scenes, verify, wheelhouse  # noqa: E402
+from vllm_fleet import FleetError, compile_cache, gateway, hardware, in_sync, models, planner, rollout, scenes, verify, wheelhouse  # noqa: E402
 
 
 def kit_digest(kit_root: str) -> str:
@@ -89,4 +89,14 @@ class FilterModule:
             "vllm_fleet_compile_cache_unpublished": compile_cache.unpublished,
             "vllm_fleet_compile_cache_index": compile_cache.index_entries,
             "vllm_fleet_compile_cache_packers": compile_cache.packers,
+            "vllm_fleet_gateway_user_problems": gateway.user_problems,
+            "vllm_fleet_gateway_users": gateway.gateway_users,
+            "vllm_fleet_gateway_user_keys": gateway.user_keys,
+            "vllm_fleet_gateway_backend_problems": gateway.backend_problems,
+            "vllm_fleet_gateway_routes": gateway.routes,
+            "vllm_fleet_gateway_scene_tls_name": gateway.scene_tls_name,
+            "vllm_fleet_gateway_scene_tls_names": gateway.scene_tls_names,
+            "vllm_fleet_gateway_models_document": gateway.models_document,
+            "vllm_fleet_gateway_error": gateway.error_document,
+            "vllm_fleet_gateway_tls_problems": gateway.tls_problems,
         }

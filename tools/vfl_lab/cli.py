@@ -28,6 +28,8 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", parents=[common], help="start hosts 1..N of the lab (harmless when they already run)")
     up.add_argument("--hosts", type=int, default=int(os.environ.get("VFL_LAB_HOSTS", "2")))
+    up.add_argument("--gateways", type=int, default=int(os.environ.get("VFL_LAB_GATEWAYS", "0")),
+                    help="gateway hosts after the GPU-role ones (group gateways)")
     up.add_argument("--first-index", type=int, default=1, help="lab index of the first host (its subnet)")
     for command in (up, sub.add_parser("build-root", parents=[common], help="build the cached root filesystem of a distro")):
         command.add_argument("--distro", default="debian12", help=f"one of {', '.join(sorted(DISTROS))}")
@@ -69,11 +71,12 @@ def main(argv: list[str] | None = None) -> int:
                                       mirror_for(distro, args.mirror or labs.read_mirror()))
             print(f"{'built' if built else 'cached'} {root} in {time.monotonic() - started:.1f}s")
         elif args.command == "up":
-            started_names = {r.plan.name for r in labs.up(lab, args.hosts, args.first_index, args.distro, args.mirror)}
+            started_names = {r.plan.name for r in labs.up(lab, args.hosts, args.first_index, args.distro, args.mirror,
+                                                                   args.gateways)}
             for record in lab.records():
                 state = "started" if record.plan.name in started_names else "already running"
                 print(f"{record.plan.name} {record.plan.address} {state} (pid {record.pid})")
-            print(f"lab {lab.name}: {args.hosts} host(s) up in {time.monotonic() - started:.1f}s")
+            print(f"lab {lab.name}: {args.hosts + args.gateways} host(s) up in {time.monotonic() - started:.1f}s")
         else:
             removed = sum(labs.down(each) for each in (labs.all_labs(args.state_dir) if args.all else [lab]))
             print(f"removed {removed} host(s) in {time.monotonic() - started:.1f}s")

@@ -153,10 +153,11 @@ def _start(lab: Lab, plan: HostPlan, root: Path, public_key: str) -> HostRecord:
         raise
 
 
-def up(lab: Lab, count: int, first_index: int, distro_name: str, mirror: str | None) -> list[HostRecord]:
-    """Make sure hosts 1..count of the lab run, starting the missing ones; return the hosts started."""
+def up(lab: Lab, count: int, first_index: int, distro_name: str, mirror: str | None,
+       gateways: int = 0) -> list[HostRecord]:
+    """Make sure the lab's count GPU-role hosts and its gateways run, starting the missing ones; return those started."""
     distro = distro_for(distro_name)
-    plans = host_plan(lab.name, first_index, count)
+    plans = host_plan(lab.name, first_index, count, gateways)
     records = {r.plan.name: r for r in lab.records()}
     wanted = {p.name: p for p in plans}
     for record in records.values():

@@ -56,6 +56,7 @@ class HostPlan:
     veth: str
     gateway: str
     address: str
+    role: str = "gpu"  # "gpu": in group gpu_hosts; "gateway": in group gateways
 
 
 def distro_for(name: str) -> Distro:
@@ -116,12 +117,13 @@ def mirror_for(distro: Distro, debian_uri: str) -> str:
     return f"{parts.scheme}://{parts.netloc}/{distro.archive}"
 
 
-def host_plan(lab: str, first_index: int, count: int) -> list[HostPlan]:
-    """Return the plan of `count` hosts of a lab whose first host takes lab index `first_index`."""
+def host_plan(lab: str, first_index: int, count: int, gateways: int = 0) -> list[HostPlan]:
+    """Return the plan of `count` GPU-role hosts and then `gateways` gateway hosts of a lab, from index first_index."""
     if not re.fullmatch(r"[a-z][a-z0-9]{0,11}", lab):
         raise LabError(f"lab name {lab!r} is invalid: use 1-12 lowercase letters or digits, starting with a letter")
-    if count < 1 or first_index < 1 or first_index + count - 1 > MAX_INDEX:
-        raise LabError(f"lab indexes {first_index}..{first_index + count - 1} are out of range: use 1..{MAX_INDEX}")
+    last = first_index + count + gateways - 1
+    if count < 1 or gateways < 0 or first_index < 1 or last > MAX_INDEX:
+        raise LabError(f"lab indexes {first_index}..{last} are out of range: use 1..{MAX_INDEX}, and at least 1 host")
     return [
         HostPlan(
             lab=lab,
@@ -131,13 +133,14 @@ def host_plan(lab: str, first_index: int, count: int) -> list[HostPlan]:
             veth=f"vfl{index}",
             gateway=f"{LAB_NET_PREFIX}.{index}.1",
             address=f"{LAB_NET_PREFIX}.{index}.2",
+            role="gpu" if n <= count else "gateway",
         )
-        for n, index in enumerate(range(first_index, first_index + count), start=1)
+        for n, index in enumerate(range(first_index, last + 1), start=1)
     ]
 
 
 def ansible_inventory(hosts: list[HostPlan], key_file: str, known_hosts: str) -> dict[str, object]:
-    """Return Ansible's JSON inventory for running lab hosts: groups `lab` and `gpu_hosts`."""
+    """Return Ansible's JSON inventory for running lab hosts: group `lab`, and `gpu_hosts` or `gateways` by role."""
     names = [h.name for h in hosts]
     ssh_args = f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes"
     hostvars = {
@@ -151,4 +154,5 @@ def ansible_inventory(hosts: list[HostPlan], key_file: str, known_hosts: str) ->
         }
         for h in hosts
     }
-    return {"lab": {"hosts": names}, "gpu_hosts": {"hosts": names}, "_meta": {"hostvars": hostvars}}
+    return {"lab": {"hosts": names}, "gpu_hosts": {"hosts": [h.name for h in hosts if h.role == "gpu"]},
+            "gateways": {"hosts": [h.name for h in hosts if h.role == "gateway"]}, "_meta": {"hostvars": hostvars}}

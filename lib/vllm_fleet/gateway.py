@@ -1,0 +1,181 @@
+"""The fleet gateway's pure logic: user keys and their digests, routes from the fleet's scenes, the documents the
+gateway answers itself, and the checks on its TLS material."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import re
+from typing import Any
+
+# OpenAI-style bearer tokens; the characters need no quoting in a header, a shell or a YAML scalar.
+KEY_PATTERN = re.compile(r"[A-Za-z0-9._~-]+")
+KEY_MIN_LENGTH = 32
+USER_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+# Served names the gateway's config may hold unquoted (no space, quote or backslash).
+SERVED_NAME = re.compile(r"[A-Za-z0-9._:/@+-]{1,128}")
+
+
+def key_digest(key: str) -> str:
+    """Return the lowercase hex sha256 of a user key, as the gateway computes it from the bearer token."""
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def key_problem(key: Any) -> str | None:
+    """Return why a user key is unusable, never quoting it; None when it is good."""
+    if not isinstance(key, str) or not key:
+        return "is empty or not a string"
+    if len(key) < KEY_MIN_LENGTH:
+        return f"is {len(key)} characters long, shorter than {KEY_MIN_LENGTH}"
+    if not KEY_PATTERN.fullmatch(key):
+        return "has characters outside [A-Za-z0-9._~-]"
+    return None
+
+
+def user_problems(users: list[dict[str, Any]], keys: dict[str, Any], served: list[str]) -> list[str]:
+    """Return what is wrong with the gateway's users: names, keys (by name, never value), models and limits."""
+    problems: list[str] = []
+    seen_names: set[str] = set()
+    owner_of_digest: dict[str, str] = {}
+    for index, user in enumerate(users):
+        name = user.get("name") if isinstance(user, dict) else None
+        where = f"vllm_gateway_users[{name or index}]"
+        if not isinstance(name, str) or not USER_NAME.fullmatch(name):
+            problems.append(f"{where}: name must be 1-32 of a-z, 0-9, _ and -, starting with a letter")
+            continue
+        if name in seen_names:
+            problems.append(f"{where}: two users are named {name!r}; give each its own name")
+        seen_names.add(name)
+        unknown = sorted(set(user) - {"name", "key_var", "models", "requests_per_minute", "max_concurrent"})
+        if unknown:
+            problems.append(f"{where}: unknown field(s) {', '.join(unknown)}; use name, key_var, models, "
+                            "requests_per_minute, max_concurrent")
+        problem = key_problem(keys.get(name))
+        if problem:
+            problems.append(f"{where}: the key in {user.get('key_var') or '(no key_var)'} {problem}: set key_var to a "
+                            f"Vault variable holding {KEY_MIN_LENGTH}+ characters of [A-Za-z0-9._~-] "
+                            "(e.g. openssl rand -hex 24)")
+        else:
+            digest = key_digest(keys[name])
+            if digest in owner_of_digest:
+                problems.append(f"{where}: has the same key as {owner_of_digest[digest]}; give every user a key "
+                                "of its own")
+            owner_of_digest.setdefault(digest, name)
+        models = user.get("models")
+        if not isinstance(models, list) or not models:
+            problems.append(f"{where}: models must list the served model names the user may call")
+        else:
+            missing = [m for m in models if m not in served]
+            if missing:
+                problems.append(f"{where}: models {missing} are served by no scene of the fleet (served: "
+                                f"{sorted(served) or 'none'}); remove them or add a scene serving them")
+        for field in ("requests_per_minute", "max_concurrent"):
+            value = user.get(field, 0)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                problems.append(f"{where}: {field} must be a whole number >= 0 (0: no limit), not {value!r}")
+    return problems
+
+
+def user_keys(users: list[dict[str, Any]], variables: Any) -> dict[str, str | None]:
+    """Return each user's key by user name, read from the variable its key_var names (None: not set)."""
+    keys: dict[str, str | None] = {}
+    for user in users:
+        if isinstance(user, dict) and isinstance(user.get("name"), str):
+            var = user.get("key_var")
+            value = variables.get(var) if isinstance(var, str) and var and var in variables else None
+            keys[user["name"]] = None if value is None else str(value)
+    return keys
+
+
+def gateway_users(users: list[dict[str, Any]], keys: dict[str, str]) -> list[dict[str, Any]]:
+    """Return what the gateway's config holds per user: name, key digest, models and limits (never the key)."""
+    return [{"name": u["name"], "digest": key_digest(keys[u["name"]]), "models": sorted(set(u["models"])),
+             "requests_per_minute": int(u.get("requests_per_minute", 0)),
+             "max_concurrent": int(u.get("max_concurrent", 0))} for u in users]
+
+
+def backend_problems(scenes_by_host: dict[str, Any], endpoints_by_host: dict[str, Any]) -> list[str]:
+    """Return the GPU hosts the gateway cannot reach or whose scenes it cannot see, and names it cannot route."""
+    problems = []
+    unknown = sorted(h for h, scenes in scenes_by_host.items() if scenes is None or endpoints_by_host.get(h) is None)
+    if unknown:
+        problems.append(f"the scenes of {', '.join(unknown)} are unknown to this run: run the gateway together with "
+                        "its GPU hosts (-l gateways,gpu_hosts, or no limit)")
+    disabled = sorted(h for h, e in endpoints_by_host.items() if e is not None and not e.get("enabled", True))
+    if disabled:
+        problems.append(f"{', '.join(disabled)} run no ingress (vllm_ingress_enabled false): enable it, or take "
+                        "them out of the gateway's backend group")
+    for host, scenes in sorted(scenes_by_host.items()):
+        for scene in scenes or []:
+            if not SERVED_NAME.fullmatch(str(scene.get("served_model_name", ""))):
+                problems.append(f"{host}: scene {scene.get('name')!r} serves {scene.get('served_model_name')!r}: "
+                                "a name the gateway routes must be 1-128 of A-Z a-z 0-9 . _ : / @ + -")
+    return problems
+
+
+def routes(scenes_by_host: dict[str, Any], endpoints_by_host: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return, per served model name, its gateway backend and the scenes serving it (via their hosts' ingress)."""
+    by_model: dict[str, list[dict[str, Any]]] = {}
+    for host, scenes in sorted(scenes_by_host.items()):
+        endpoint = endpoints_by_host.get(host) or {}
+        for scene in sorted(scenes or [], key=lambda s: s["name"]):
+            by_model.setdefault(scene["served_model_name"], []).append(
+                {"host": host, "scene": scene["name"], "server": server_name(host, scene["name"]),
+                 "sni": scene_tls_name(host, scene["name"]),
+                 "address": endpoint.get("address", host), "port": int(endpoint.get("port", 0))})
+    return [{"model": model, "backend": f"model_{index}", "servers": servers}
+            for index, (model, servers) in enumerate(sorted(by_model.items()))]
+
+
+def scene_tls_name(host: str, scene: str) -> str:
+    """Return the TLS server name the gateway asks a host's ingress for to reach one of its scenes."""
+    return f"{scene}.{host}"
+
+
+def scene_tls_names(host: str, scenes: list[str]) -> list[str]:
+    """Return the TLS server names of a host's scenes, which its ingress certificate must hold."""
+    return [scene_tls_name(host, scene) for scene in scenes]
+
+
+def server_name(host: str, scene: str) -> str:
+    """Return the gateway's name for one scene, as its runtime API and metrics show it."""
+    return f"{host}:{scene}"
+
+
+def models_document(models: list[str]) -> str:
+    """Return the OpenAI `GET /v1/models` body listing exactly these served names."""
+    data = [{"id": m, "object": "model", "owned_by": "vllm-fleet"} for m in sorted(set(models))]
+    return json.dumps({"object": "list", "data": data}, separators=(",", ":"))
+
+
+def error_document(message: str, kind: str, code: str) -> str:
+    """Return an OpenAI-shaped error body (no single quote: the gateway's config holds it in one)."""
+    return json.dumps({"error": {"message": message.replace("'", "`"), "type": kind, "param": None, "code": code}},
+                      separators=(",", ":"))
+
+
+def tls_problems(cert_pem: str, key_pem: str, now: datetime.datetime | None = None) -> list[str]:
+    """Return why a PEM certificate (chain first) and private key cannot serve: unreadable, not a pair, or expired."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        cert = x509.load_pem_x509_certificates(cert_pem.encode())[0]
+    except ValueError:
+        return ["the certificate is not PEM (-----BEGIN CERTIFICATE-----)"]
+    try:
+        key = serialization.load_pem_private_key(key_pem.encode(), password=None)
+    except (ValueError, TypeError):
+        return ["the key is not an unencrypted PEM private key"]
+    public = serialization.PublicFormat.SubjectPublicKeyInfo
+    problems = []
+    if key.public_key().public_bytes(serialization.Encoding.PEM, public) != cert.public_key().public_bytes(
+            serialization.Encoding.PEM, public):
+        problems.append("the certificate does not match the key (their public keys differ)")
+    moment = now or datetime.datetime.now(datetime.timezone.utc)
+    if cert.not_valid_after_utc <= moment:
+        problems.append(f"the certificate expired on {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC")
+    elif cert.not_valid_before_utc > moment:
+        problems.append(f"the certificate is not valid before {cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC")
+    return problems
