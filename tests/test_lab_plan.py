@@ -84,10 +84,21 @@ def test_host_plan_rejects_bad_input(lab: str, first: int, count: int) -> None:
         plan.host_plan(lab, first, count)
 
 
+def test_gateway_hosts_follow_the_gpu_hosts() -> None:
+    """Gateways take the next names and indexes after the GPU-role hosts, and count against the index range."""
+    hosts = plan.host_plan("lab", 3, 2, gateways=1)
+    assert [(h.name, h.index, h.role) for h in hosts] == [("lab1", 3, "gpu"), ("lab2", 4, "gpu"),
+                                                           ("lab3", 5, "gateway")]
+    with pytest.raises(plan.LabError):
+        plan.host_plan("lab", 253, 1, gateways=2)
+
+
 def test_inventory_groups_and_strict_host_keys() -> None:
-    """The inventory puts lab hosts in gpu_hosts and checks their host keys against the lab's file."""
-    inventory = plan.ansible_inventory(plan.host_plan("lab", 1, 2), "/s/id", "/s/known_hosts")
+    """The inventory puts GPU-role hosts in gpu_hosts, gateways in gateways, and checks host keys."""
+    inventory = plan.ansible_inventory(plan.host_plan("lab", 1, 2, gateways=1), "/s/id", "/s/known_hosts")
     assert inventory["gpu_hosts"] == {"hosts": ["lab1", "lab2"]}
+    assert inventory["gateways"] == {"hosts": ["lab3"]}
+    assert inventory["lab"] == {"hosts": ["lab1", "lab2", "lab3"]}
     lab2 = inventory["_meta"]["hostvars"]["lab2"]  # type: ignore[index]
     assert lab2["ansible_host"] == "10.213.2.2"
     assert lab2["ansible_ssh_private_key_file"] == "/s/id"

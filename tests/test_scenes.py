@@ -91,13 +91,14 @@ def test_port_clash_between_scenes() -> None:
         resolve({"name": "realtime", "model": "qwen"}, {"name": "batch", "model": "qwen", "port": 8000})
 
 
-def test_exposure_needs_an_api_key() -> None:
-    """Listening beyond loopback without an API key is a problem; with one, or on loopback, it is not."""
+def test_exposure_off_loopback_is_refused_even_with_a_key() -> None:
+    """Any listen address beyond loopback is a problem, key or not (vLLM guards only /v1); loopback is not."""
     open_scene, keyed, local = resolve({"name": "realtime", "model": "qwen", "host": "0.0.0.0"},
-                                       {"name": "batch", "model": "qwen", "host": "0.0.0.0", "api_key_var": "k"},
+                                       {"name": "batch", "model": "qwen", "host": "10.0.0.5", "api_key_var": "k"},
                                        {"name": "own", "preset": "batch", "model": "qwen", "port": 8002})
-    assert "listens on 0.0.0.0 without an API key" in scenes.exposure_problems(open_scene)[0]
-    assert scenes.exposure_problems(keyed) == [] and scenes.exposure_problems(local) == []
+    assert "listens on 0.0.0.0, reachable off the host" in scenes.exposure_problems(open_scene)[0]
+    assert "through the fleet gateway" in scenes.exposure_problems(keyed)[0]
+    assert scenes.exposure_problems(local) == []
 
 
 def test_gpu_index_the_host_lacks() -> None:

@@ -11,7 +11,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
 
 from ansible.errors import AnsibleFilterError  # noqa: E402
 
-from vllm_fleet import FleetError, compile_cache, gateway, hardware, in_sync, models, planner, rollout, scenes, verify, wheelhouse  # noqa: E402
+from vllm_fleet import (  # noqa: E402
+    FleetError, compile_cache, gateway, hardware, in_sync, models, planner, rollout, scenes, verify, wheelhouse,
+)
 
 
 def kit_digest(kit_root: str) -> str:

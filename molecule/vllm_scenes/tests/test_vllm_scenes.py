@@ -102,7 +102,8 @@ def test_scene_vllm_rejects_leaves_everything_running(host: testinfra.host.Host)
     ([{"name": "realtime"}, {"name": "batch", "port": 8000}], "scenes 'realtime' and 'batch' share port 8000"),
     ([{"name": "realtime", "gpus": [1]}], "scene 'realtime' asks for GPU [1] but the host has [0]"),
     ([{"name": "realtime", "api_key_var": "vault_missing_key"}], "names vault_missing_key, which is not set"),
-    ([{"name": "realtime", "host": "0.0.0.0"}], "listens on 0.0.0.0 without an API key"),
+    ([{"name": "realtime", "host": "0.0.0.0", "api_key_var": "vault_lab_realtime_api_key"}],
+     "listens on 0.0.0.0, reachable off the host"),
 ])
 def test_bad_input_fails_preflight_and_changes_nothing(host: testinfra.host.Host, scenes: list[dict[str, object]],
                                                        message: str) -> None:

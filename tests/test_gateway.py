@@ -1,0 +1,150 @@
+"""The gateway's pure logic: user keys and their checks, routes from the fleet's scenes, its own answers, TLS."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import sys
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "lib"))
+
+from vllm_fleet import gateway  # noqa: E402
+
+GOOD_KEY = "k" * 40
+USER = {"name": "alice", "key_var": "vault_alice", "models": ["qwen"], "requests_per_minute": 60, "max_concurrent": 4}
+
+
+@pytest.mark.parametrize(("key", "expected"), [
+    ("a" * 31, "is 31 characters long, shorter than 32"),
+    ("a" * 40 + " b", "has characters outside [A-Za-z0-9._~-]"),
+    ("a" * 40 + "'", "has characters outside [A-Za-z0-9._~-]"),
+    ("", "is empty or not a string"),
+    (None, "is empty or not a string"),
+    ("aZ09._~-" * 4, None),
+])
+def test_key_problem_names_the_rule_never_the_key(key: object, expected: str | None) -> None:
+    """A short key, one with other characters, or none is refused; the message never quotes the key."""
+    problem = gateway.key_problem(key)
+    assert problem == expected
+    assert not problem or not key or str(key) not in problem
+
+
+def test_good_users_have_no_problems() -> None:
+    """A user with a good key, served models and whole-number limits passes."""
+    assert gateway.user_problems([USER], {"alice": GOOD_KEY}, ["qwen"]) == []
+
+
+@pytest.mark.parametrize(("users", "keys", "expected"), [
+    ([USER, {**USER, "name": "bob"}], {"alice": GOOD_KEY, "bob": GOOD_KEY}, "[bob]: has the same key as alice"),
+    ([USER, USER], {"alice": GOOD_KEY}, "two users are named 'alice'"),
+    ([{**USER, "models": ["llama"]}], {"alice": GOOD_KEY}, "models ['llama'] are served by no scene"),
+    ([{**USER, "models": []}], {"alice": GOOD_KEY}, "models must list the served model names"),
+    ([{**USER, "modles": ["qwen"]}], {"alice": GOOD_KEY}, "unknown field(s) modles"),
+    ([{**USER, "requests_per_minute": "10"}], {"alice": GOOD_KEY}, "requests_per_minute must be a whole number"),
+    ([{**USER, "max_concurrent": -1}], {"alice": GOOD_KEY}, "max_concurrent must be a whole number"),
+    ([{**USER, "name": "Alice!"}], {"Alice!": GOOD_KEY}, "name must be 1-32 of a-z"),
+    ([USER], {"alice": None}, "the key in vault_alice is empty or not a string"),
+    ([USER], {"alice": "short"}, "the key in vault_alice is 5 characters long"),
+])
+def test_user_problems(users: list[dict[str, object]], keys: dict[str, object], expected: str) -> None:
+    """Each bad user input gets a problem naming the user and the variable to fix."""
+    problems = gateway.user_problems(users, keys, ["qwen"])
+    assert any(expected in p for p in problems), problems
+    assert all(GOOD_KEY not in p for p in problems)
+
+
+def test_user_keys_reads_each_users_variable() -> None:
+    """Keys come from the variables the users name; an unset one is None."""
+    users = [USER, {**USER, "name": "bob", "key_var": "vault_bob"}, {**USER, "name": "eve", "key_var": ""}]
+    assert gateway.user_keys(users, {"vault_alice": GOOD_KEY}) == {"alice": GOOD_KEY, "bob": None, "eve": None}
+
+
+def test_gateway_users_hold_digests_not_keys() -> None:
+    """The config's user entries carry the key's sha256, as HAProxy computes it, and never the key."""
+    (entry,) = gateway.gateway_users([USER], {"alice": GOOD_KEY})
+    assert entry == {"name": "alice", "digest": hashlib.sha256(GOOD_KEY.encode()).hexdigest(), "models": ["qwen"],
+                     "requests_per_minute": 60, "max_concurrent": 4}
+    assert GOOD_KEY not in json.dumps(entry)
+
+
+SCENES = {
+    "gpu2": [{"name": "realtime", "served_model_name": "qwen"}],
+    "gpu1": [{"name": "realtime", "served_model_name": "qwen"}, {"name": "batch", "served_model_name": "llama"}],
+}
+ENDPOINTS = {"gpu1": {"address": "10.0.0.1", "port": 9443}, "gpu2": {"address": "10.0.0.2", "port": 9443}}
+
+
+def test_routes_group_scenes_by_served_name_in_a_stable_order() -> None:
+    """Each served name gets one backend with every scene serving it, reached by its host's ingress."""
+    routes = gateway.routes(SCENES, ENDPOINTS)
+    assert [r["model"] for r in routes] == ["llama", "qwen"]
+    assert [r["backend"] for r in routes] == ["model_0", "model_1"]
+    assert routes[1]["servers"] == [
+        {"host": "gpu1", "scene": "realtime", "server": "gpu1:realtime", "sni": "realtime.gpu1",
+         "address": "10.0.0.1", "port": 9443},
+        {"host": "gpu2", "scene": "realtime", "server": "gpu2:realtime", "sni": "realtime.gpu2",
+         "address": "10.0.0.2", "port": 9443},
+    ]
+
+
+def test_backend_problems() -> None:
+    """Hosts whose scenes or ingress are unknown, without an ingress, or serving unroutable names are named."""
+    assert gateway.backend_problems(SCENES, ENDPOINTS) == []
+    unknown = gateway.backend_problems({**SCENES, "gpu3": None}, ENDPOINTS)
+    assert "the scenes of gpu3 are unknown to this run" in unknown[0]
+    disabled = gateway.backend_problems(SCENES, {**ENDPOINTS, "gpu2": {"enabled": False}})
+    assert "gpu2 run no ingress" in disabled[0]
+    spaced = gateway.backend_problems({"gpu1": [{"name": "x", "served_model_name": "my model"}]}, ENDPOINTS)
+    assert "serves 'my model'" in spaced[0]
+
+
+def test_models_document_is_openai_shaped() -> None:
+    """GET /v1/models lists exactly the given names, once each, sorted."""
+    document = json.loads(gateway.models_document(["qwen", "llama", "qwen"]))
+    assert document["object"] == "list"
+    assert [m["id"] for m in document["data"]] == ["llama", "qwen"]
+    assert {m["object"] for m in document["data"]} == {"model"}
+
+
+def test_error_document_has_no_single_quote() -> None:
+    """Error bodies are OpenAI-shaped and safe inside the config's single quotes."""
+    body = gateway.error_document("your key's limit", "rate_limit_error", "rate_limit_exceeded")
+    assert "'" not in body
+    assert json.loads(body)["error"] == {"message": "your key`s limit", "type": "rate_limit_error", "param": None,
+                                         "code": "rate_limit_exceeded"}
+
+
+def _pem_pair(days: int, start_days: int = -1) -> tuple[str, str]:
+    """Return a self-signed PEM certificate valid from start_days to days from now, and its key."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gw")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now + datetime.timedelta(days=start_days))
+            .not_valid_after(now + datetime.timedelta(days=days)).sign(key, hashes.SHA256()))
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption()).decode()
+    return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem
+
+
+def test_tls_problems() -> None:
+    """A good pair passes; another key, an expired or future certificate, or no PEM at all is refused."""
+    cert, key = _pem_pair(30)
+    _, other_key = _pem_pair(30)
+    expired, expired_key = _pem_pair(-1, start_days=-10)
+    future, future_key = _pem_pair(30, start_days=5)
+    assert gateway.tls_problems(cert, key) == []
+    assert gateway.tls_problems(cert, other_key) == ["the certificate does not match the key (their public keys differ)"]
+    assert "the certificate expired on" in gateway.tls_problems(expired, expired_key)[0]
+    assert "is not valid before" in gateway.tls_problems(future, future_key)[0]
+    assert gateway.tls_problems("junk", key) == ["the certificate is not PEM (-----BEGIN CERTIFICATE-----)"]
+    assert gateway.tls_problems(cert, "junk") == ["the key is not an unencrypted PEM private key"]
