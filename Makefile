@@ -12,7 +12,7 @@ LAB_WWW := /var/lib/vllm-fleet-lab/www
 # others start from. Lane 2 runs at MOLECULE_NICE, on the cores default leaves idle (it averages 1.4 of 2 alone):
 # first the scenarios that serve no vLLM, then vllm_scenes (one host: the release default has packed, the tiny model,
 # scenes that start from default's bundles). Each scenario is in exactly one lane (a test checks).
-MOLECULE_LANES ?= default nvidia_driver,vllm_model,vllm_drift,node_exporter,vllm_scenes
+MOLECULE_LANES ?= default nvidia_driver,vllm_model,vllm_drift,node_exporter,vllm_scenes,vllm_gateway
 MOLECULE_NICE ?= 10
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)

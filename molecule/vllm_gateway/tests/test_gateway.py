@@ -1,0 +1,340 @@
+"""The fleet gateway from the controller, as a client sees it: keys on every path, TLS, the OpenAI SDK from the
+generated client settings, per-key limits, failover and revocation under load, and bad inputs refused in preflight.
+Each test runs once, on the gateway's connection (mgw3); the GPU hosts are reached through lab_host."""
+
+from __future__ import annotations
+
+import functools
+import json
+import ssl
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+import testinfra.host
+import yaml
+
+SCENARIO = Path(__file__).resolve().parents[1]
+REPO = SCENARIO.parents[1]
+sys.path.insert(0, str(SCENARIO.parent / "shared"))
+
+from playbooks import lab_host, run_playbook  # noqa: E402
+
+testinfra_hosts = ["ansible://mgw3"]
+LAB, GATEWAY, GPU_HOSTS = "mgw", "mgw3", ("mgw1", "mgw2")
+CA_FILE = f"/var/lib/vllm-fleet-lab/pki/{LAB}/ca.crt"
+SETTINGS = REPO / "clients" / GATEWAY
+MODEL, BATCH_MODEL = "tiny-qwen2", "tiny-qwen2-batch"
+VAULT_FILES = [REPO / "inventory/lab/group_vars/gateways/vault.yml", SCENARIO / "host_vars/mgw3/vault.yml",
+               REPO / "inventory/lab/group_vars/gpu_hosts/vault.yml"]
+GATEWAY_CONFIG = "/etc/vllm-gateway/haproxy.cfg"
+
+
+@functools.cache
+def secrets() -> dict[str, str]:
+    """Return the lab's Vault variables, decrypted with its public password."""
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    vault = VaultLib([("lab", VaultSecret((REPO / "inventory/lab/vault-password").read_bytes().strip()))])
+
+    class Loader(yaml.SafeLoader):
+        """YAML with Ansible's !vault tag."""
+
+    Loader.add_constructor("!vault", lambda loader, node: vault.decrypt(loader.construct_scalar(node)).decode())
+    found: dict[str, str] = {}
+    for path in VAULT_FILES:
+        found.update(yaml.load(path.read_text(), Loader=Loader))  # noqa: S506 - SafeLoader plus one tag
+    return found
+
+
+def key(user: str) -> str:
+    """Return a gateway user's key by user name."""
+    return secrets()[{"lab-user": "vault_lab_gateway_key_lab_user"}.get(user, f"vault_mgw_key_{user.replace('-', '_')}")]
+
+
+@functools.cache
+def gateway_url() -> str:
+    """Return the gateway's base URL as the generated client settings give it (without /v1)."""
+    return json.loads((SETTINGS / "lab-user.json").read_text())["base_url"].removesuffix("/v1")
+
+
+def call(path: str, token: str | None = None, body: dict[str, object] | None = None, method: str | None = None,
+         url: str | None = None, timeout: float = 60) -> tuple[int, dict[str, str], str]:
+    """Make one HTTPS request to the gateway (or url) trusting the fleet CA; return status, headers and body."""
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request((url or gateway_url()) + path, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout, context=ssl.create_default_context(cafile=CA_FILE)) as r:
+            return r.status, dict(r.headers), r.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read().decode()
+
+
+def chat(token: str, model: str = MODEL, prompt: str = "Hello", tokens: int = 4) -> tuple[int, dict[str, str], str]:
+    """Send one short chat completion through the gateway."""
+    return call("/v1/chat/completions", token, {"model": model, "max_tokens": tokens,
+                                                "messages": [{"role": "user", "content": prompt}]})
+
+
+def client(user: str) -> tuple[openai.OpenAI, dict[str, object]]:
+    """Return the real OpenAI SDK configured from a user's generated client settings, and the settings."""
+    settings = json.loads((SETTINGS / f"{user}.json").read_text())
+    return openai.OpenAI(base_url=settings["base_url"], api_key=key(user), timeout=settings["timeout"],
+                         http_client=openai.DefaultHttpxClient(verify=settings["ca_file"])), settings
+
+
+class Load:
+    """A steady load of short chat requests through the gateway, from two threads, recording each outcome."""
+
+    def __init__(self, user: str = "lab-user") -> None:
+        """Prepare the load for one user's key; start() runs it."""
+        self.token, self.stop, self.results = key(user), threading.Event(), []
+        self.threads = [threading.Thread(target=self._run, args=(n,)) for n in range(2)]
+
+    def _run(self, worker: int) -> None:
+        """Send requests until stopped; record (start, end, status, backend)."""
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            start = time.monotonic()
+            try:
+                status, headers, _ = chat(self.token, prompt=f"worker {worker} request {n}", tokens=2)
+            except OSError:
+                status, headers = 0, {}
+            self.results.append((start, time.monotonic(), status, headers.get("X-Vllm-Fleet-Backend", "")))
+
+    def __enter__(self) -> Load:
+        """Start the load."""
+        for thread in self.threads:
+            thread.start()
+        time.sleep(2)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        """Stop the load and wait for the requests in flight."""
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(120)
+
+    def failures(self, unless_in_flight_at: float | None = None) -> list[tuple[float, float, int, str]]:
+        """Return the failed requests, leaving out those in flight at a given moment."""
+        return [r for r in self.results if r[2] != 200
+                and not (unless_in_flight_at is not None and r[0] <= unless_in_flight_at <= r[1])]
+
+
+def test_sdk_lists_chats_and_streams_with_the_generated_settings(host: testinfra.host.Host) -> None:
+    """The OpenAI SDK, set up only from clients/<gateway>/<user>.json, lists the key's models, chats and streams."""
+    sdk, settings = client("lab-user")
+    assert sorted(m.id for m in sdk.models.list()) == sorted(settings["models"]) == [MODEL, BATCH_MODEL]
+    reply = sdk.chat.completions.create(model=settings["model"], messages=[{"role": "user", "content": "Hi"}],
+                                        max_tokens=4)
+    assert reply.choices[0].message.content and reply.usage.completion_tokens == 4
+    chunks = list(sdk.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=4,
+                                              stream=True))
+    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.content is not None) >= 4
+    batch_only, _ = client("batch-only")
+    assert [m.id for m in batch_only.models.list()] == [BATCH_MODEL]
+
+
+def test_settings_hold_no_secret(host: testinfra.host.Host) -> None:
+    """The client settings name the key's variable and environment variable, never the key."""
+    for path in SETTINGS.glob("*.json"):
+        text = path.read_text()
+        assert not any(value in text for value in secrets().values()), path
+
+
+def openapi_paths() -> list[tuple[str, str]]:
+    """Return (method, path) of every path a scene's own /openapi.json lists, asked on its host."""
+    scene_key = secrets()["vault_lab_realtime_api_key"]
+    spec = json.loads(lab_host(GPU_HOSTS[0]).check_output(
+        f"curl -sf -H 'Authorization: Bearer {scene_key}' http://127.0.0.1:8000/openapi.json"))
+    return sorted((method.upper(), path) for path, item in spec["paths"].items() for method in item)
+
+
+def test_no_key_or_a_wrong_key_is_401_on_every_path(host: testinfra.host.Host) -> None:
+    """Every path the scenes' OpenAPI lists, and the gateway's own, answers 401 without a key or with a wrong one,
+    a scene's own key included; only /health answers."""
+    paths = [*openapi_paths(), ("GET", "/v1/models"), ("GET", "/metrics"), ("GET", "/stats"), ("POST", "/")]
+    assert len(paths) > 20
+    scene_key = secrets()["vault_lab_realtime_api_key"]
+    wrong = {}
+    for method, path in paths:
+        if path == "/health":
+            continue
+        concrete = path.replace("{", "").replace("}", "")
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "x"}]} if method == "POST" else None
+        for token in (None, "x" * 40, scene_key):
+            status, headers, text = call(concrete, token, body, method=method)
+            if status != 401 or json.loads(text)["error"]["code"] != "invalid_api_key":
+                wrong[(method, path, token is None)] = status
+    assert wrong == {}
+    assert call("/health")[0] == 200
+
+
+def test_a_key_without_the_model_is_403_and_an_unknown_model_404(host: testinfra.host.Host) -> None:
+    """A good key asking for a model it may not use gets 403; a model no scene serves gets 404."""
+    status, _, text = chat(key("batch-only"), MODEL)
+    assert (status, json.loads(text)["error"]["code"]) == (403, "model_not_allowed")
+    status, _, text = chat(key("lab-user"), "no-such-model")
+    assert (status, json.loads(text)["error"]["code"]) == (404, "model_not_found")
+    assert chat(key("batch-only"), BATCH_MODEL)[0] == 200
+
+
+def ingress_answers(address: str, server_name: str, token: str) -> str:
+    """Try the ingress as anyone but the gateway would (no client certificate); return what came back."""
+    import socket
+
+    context = ssl.create_default_context(cafile=CA_FILE)
+    context.check_hostname = False
+    request = f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n".encode()
+    try:
+        with socket.create_connection((address, 9443), timeout=5) as raw, \
+                context.wrap_socket(raw, server_hostname=server_name) as tls:
+            tls.sendall(request)
+            return tls.recv(200).decode(errors="replace")
+    except ssl.SSLError as error:
+        return f"refused: {error.reason}"
+
+
+def test_nothing_answers_off_host_but_the_gateway(host: testinfra.host.Host) -> None:
+    """From the controller, the scenes' ports are closed, and the ingress refuses TLS without the gateway's client
+    certificate, even with a scene's own key."""
+    scene_key = secrets()["vault_lab_realtime_api_key"]
+    for name in GPU_HOSTS:
+        address = lab_host(name).backend.host
+        for port in (8000, 8001):
+            with pytest.raises(OSError):
+                call("/v1/models", scene_key, url=f"http://{address}:{port}", timeout=5)
+        answer = ingress_answers(address, f"realtime.{name}", scene_key)
+        assert answer.startswith("refused: ") and "CERTIFICATE_REQUIRED" in answer.upper(), answer
+
+
+def test_rate_limit_is_per_key(host: testinfra.host.Host) -> None:
+    """A key limited to 5 requests a minute gets 429 with Retry-After on the 6th; another key is unaffected."""
+    limited = key("limited")
+    statuses = [call("/v1/models", limited)[0] for _ in range(5)]
+    status, headers, text = call("/v1/models", limited)
+    assert statuses == [200] * 5
+    assert (status, headers.get("Retry-After"), json.loads(text)["error"]["code"]) == (429, "60", "rate_limit_exceeded")
+    assert call("/v1/models", key("lab-user"))[0] == 200
+
+
+def scene_health(name: str) -> int:
+    """Return the HTTP status of the realtime scene's /health, asked on its host."""
+    return int(lab_host(name).check_output(
+        "curl -s -o /dev/null -w '%{http_code}' --max-time 5 http://127.0.0.1:8000/health"))
+
+
+def test_failover_loses_nothing_but_what_was_in_flight(host: testinfra.host.Host) -> None:
+    """Under load, stopping one host's scene fails only requests in flight on it; it is back in rotation within 5 s
+    of its /health turning 200."""
+    victim = lab_host(GPU_HOSTS[0])
+    with Load() as load:
+        stopped_at = time.monotonic()
+        victim.check_output("systemctl stop vllm-scene-realtime")
+        time.sleep(5)
+        victim.check_output("systemctl start --no-block vllm-scene-realtime")
+        deadline = time.monotonic() + 600
+        while scene_health(GPU_HOSTS[0]) != 200 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        healthy_at = time.monotonic()
+        while time.monotonic() < healthy_at + 10 and not any(
+                r[0] > healthy_at and r[3] == f"{GPU_HOSTS[0]}:realtime" for r in load.results):
+            time.sleep(0.2)
+    back = [r[0] for r in load.results if r[0] > healthy_at and r[3] == f"{GPU_HOSTS[0]}:realtime"]
+    assert load.failures(unless_in_flight_at=stopped_at) == []
+    assert back and back[0] - healthy_at <= 5, f"first request to {GPU_HOSTS[0]} {back[:1]} after health {healthy_at}"
+    assert {r[3] for r in load.results if r[0] < stopped_at} == {f"{h}:realtime" for h in GPU_HOSTS}
+
+
+def gateway_run(*extra: str) -> tuple[int, str]:
+    """Run playbooks/gateway.yml alone on the lab with extra arguments; return its exit status and output."""
+    result = run_playbook(SCENARIO, LAB, "all", "../../playbooks/gateway.yml", *extra)
+    return result.returncode, result.stdout
+
+
+BAD_USERS = [
+    {"name": "short", "key_var": "vault_short", "models": [MODEL]},
+    {"name": "odd", "key_var": "vault_odd", "models": [MODEL]},
+    {"name": "twin", "key_var": "vault_lab_gateway_key_lab_user", "models": [MODEL]},
+    {"name": "ghost", "key_var": "vault_mgw_key_revoked", "models": ["no-such-model"]},
+]
+
+
+@pytest.mark.parametrize(("extra", "messages"), [
+    ({"vllm_gateway_users": [{"name": "lab-user", "key_var": "vault_lab_gateway_key_lab_user", "models": [MODEL]},
+                             *BAD_USERS],
+      "vault_short": "s" * 31, "vault_odd": "o" * 39 + "!"},
+     ["vllm_gateway_users[short]: the key in vault_short is 31 characters long",
+      "vllm_gateway_users[odd]: the key in vault_odd has characters outside",
+      "vllm_gateway_users[twin]: has the same key as lab-user",
+      "vllm_gateway_users[ghost]: models ['no-such-model'] are served by no scene"]),
+    ({"vllm_gateway_tls_cert_var": "vault_cert", "vllm_gateway_tls_key_var": "vault_key", "mismatched": True},
+     ["the certificate does not match the key"]),
+    ({"vllm_gateway_tls_cert_var": "vault_cert", "vllm_gateway_tls_key_var": "vault_key", "expired": True},
+     ["the certificate expired on"]),
+], ids=["users", "mismatched-certificate", "expired-certificate"])
+def test_bad_gateway_input_is_refused_and_changes_nothing(host: testinfra.host.Host, tmp_path: Path,
+                                                          extra: dict[str, object], messages: list[str]) -> None:
+    """Bad keys, twin keys, unserved models and bad certificates fail the gateway's preflight, naming the gateway,
+    the variable and the fix, and never printing a key; the running config stays."""
+    if "vllm_gateway_tls_cert_var" in extra:
+        extra = {**extra, **certificate_pair(tmp_path, mismatched=bool(extra.pop("mismatched", False)),
+                                             expired=bool(extra.pop("expired", False)))}
+    before = host.check_output(f"sha256sum {GATEWAY_CONFIG}")
+    (tmp_path / "extra.yml").write_text(json.dumps(extra))
+    status, output = gateway_run("-e", f"@{tmp_path / 'extra.yml'}")
+    assert status != 0
+    for message in messages:
+        assert f"{GATEWAY}: " in output and message in output, output[-3000:]
+    assert not any(value in output for value in secrets().values())
+    assert host.check_output(f"sha256sum {GATEWAY_CONFIG}") == before
+
+
+def certificate_pair(directory: Path, mismatched: bool, expired: bool) -> dict[str, str]:
+    """Return vault_cert and vault_key: a self-signed pair made by openssl, with another key or already expired."""
+    import subprocess
+
+    subject = ["-subj", "/CN=gateway"]
+    days = ["-not_before", "20200101000000Z", "-not_after", "20200201000000Z"] if expired else ["-days", "30"]
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-noenc",
+                    "-keyout", str(directory / "k.pem"), "-out", str(directory / "c.pem"), *subject, *days],
+                   check=True, capture_output=True)
+    if mismatched:
+        subprocess.run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out",
+                        str(directory / "k.pem")], check=True, capture_output=True)
+    return {"vault_cert": (directory / "c.pem").read_text(), "vault_key": (directory / "k.pem").read_text()}
+
+
+def test_a_config_haproxy_rejects_leaves_the_running_one_serving(host: testinfra.host.Host, tmp_path: Path) -> None:
+    """A setting that passes preflight but not `haproxy -c` fails the run; the old config stays and serves."""
+    before = host.check_output(f"sha256sum {GATEWAY_CONFIG}")
+    status, output = gateway_run("-e", "vllm_gateway_timeout=soon")
+    assert status != 0 and "failed to validate" in output, output[-3000:]
+    assert host.check_output(f"sha256sum {GATEWAY_CONFIG}") == before
+    assert chat(key("lab-user"))[0] == 200
+
+
+def test_revocation_under_load_drops_nothing(host: testinfra.host.Host, tmp_path: Path) -> None:
+    """Removing a user and converging reloads the gateway: that key gets 401 while a steady load on another key sees
+    no failed request."""
+    assert call("/v1/models", key("revoked"))[0] == 200
+    users = yaml.safe_load((SCENARIO / "host_vars/mgw3/main.yml").read_text())["vllm_gateway_users"]
+    (tmp_path / "users.yml").write_text(json.dumps({"vllm_gateway_users": [u for u in users if u["name"] != "revoked"]}))
+    with Load() as load:
+        status, output = gateway_run("-e", f"@{tmp_path / 'users.yml'}")
+        time.sleep(2)
+    assert status == 0, output[-3000:]
+    assert "Reload the instance on a changed config or file" in output
+    assert call("/v1/models", key("revoked"))[0] == 401
+    assert len(load.results) > 20 and load.failures() == []
+    assert gateway_run()[0] == 0  # the scenario's own users again
+    assert call("/v1/models", key("revoked"))[0] == 200
