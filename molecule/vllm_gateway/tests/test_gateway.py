@@ -338,3 +338,23 @@ def test_revocation_under_load_drops_nothing(host: testinfra.host.Host, tmp_path
     assert len(load.results) > 20 and load.failures() == []
     assert gateway_run()[0] == 0  # the scenario's own users again
     assert call("/v1/models", key("revoked"))[0] == 200
+
+
+def test_rollout_under_load_drops_nothing(host: testinfra.host.Host) -> None:
+    """A change that restarts every scene of both GPU hosts, rolled out with playbooks/rollout.yml while a load runs
+    through the gateway without pause: each host is drained first, so not one request fails."""
+    before = {name: lab_host(name).check_output("systemctl show -p InvocationID vllm-scene-realtime")
+              for name in GPU_HOSTS}
+    with Load() as load:
+        started = time.monotonic()
+        result = run_playbook(SCENARIO, LAB, "all", "../../playbooks/rollout.yml",
+                              "-e", f"@{SCENARIO.parent / 'default/rollout/verify.yml'}", "-e", "vllm_scenes_restart_sec=4")
+        took = time.monotonic() - started
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert all(lab_host(name).check_output("systemctl show -p InvocationID vllm-scene-realtime") != before[name]
+               for name in GPU_HOSTS), "the change restarted no scene"
+    latencies = sorted(end - start for start, end, _, _ in load.results)
+    print(f"rollout under load: {took:.0f} s, {len(load.results)} requests, {len(load.failures())} failed, "
+          f"p50 {latencies[len(latencies) // 2] * 1000:.0f} ms, p99 {latencies[int(len(latencies) * 0.99)] * 1000:.0f} ms")
+    assert len(load.results) > 100 and load.failures() == []
+    assert {backend for _, _, _, backend in load.results} >= {f"{h}:realtime" for h in GPU_HOSTS}
