@@ -3,6 +3,8 @@ SHELL := /bin/bash
 VENV ?= .venv
 BIN := $(VENV)/bin
 LAB_HOSTS ?= 2
+# Gateway hosts beside them (group gateways): the fleet's front door, roles/vllm_gateway.
+LAB_GATEWAYS ?= 1
 LAB_DISTRO ?= debian12
 # The lab's file server (tools/lab) serves this directory to lab hosts; the lab inventory points there.
 LAB_WWW := /var/lib/vllm-fleet-lab/www
@@ -27,9 +29,9 @@ $(BIN)/ansible-playbook: requirements.txt
 
 setup: $(BIN)/ansible-playbook  ## host packages (apt) and the controller venv
 
-lab-up: setup  ## start LAB_HOSTS lab hosts (roots are built once and cached)
+lab-up: setup  ## start LAB_HOSTS lab hosts and LAB_GATEWAYS gateways (roots are built once and cached)
 	rm -rf .cache/ansible-facts
-	tools/lab up --hosts $(LAB_HOSTS) --distro $(LAB_DISTRO)
+	tools/lab up --hosts $(LAB_HOSTS) --gateways $(LAB_GATEWAYS) --distro $(LAB_DISTRO)
 
 lab-down:  ## stop every host of the lab and remove its network
 	tools/lab down
@@ -37,8 +39,8 @@ lab-down:  ## stop every host of the lab and remove its network
 lab-model: setup  ## the tiny AWQ checkpoint the lab serves (regenerated only when the generator changes it)
 	$(BIN)/python tools/make_tiny_awq.py --out $(LAB_WWW)/models/tiny-qwen2-awq
 
-lab: lab-up lab-model  ## the main job on the lab
-	ansible-playbook site.yml -l gpu_hosts -i inventory/lab
+lab: lab-up lab-model  ## the main job on the lab: GPU-role hosts and the gateway in front of them
+	ansible-playbook site.yml -i inventory/lab
 
 lint: setup
 	yamllint --strict .

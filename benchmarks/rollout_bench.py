@@ -26,7 +26,7 @@ RESTORE, WARM = "restore of the failed canary (files back, restart, healthy)", "
 
 def change(**engine_args: int) -> Path:
     """Write an extra-vars file that sets the realtime scene's engine args; return its path."""
-    scenes = {"vllm_scenes_list": [{"name": "realtime", "host": "0.0.0.0", "api_key_var": "vault_lab_realtime_api_key",
+    scenes = {"vllm_scenes_list": [{"name": "realtime", "api_key_var": "vault_lab_realtime_api_key",
                                     "engine_args": engine_args}]}
     handle, path = tempfile.mkstemp(prefix="rollout-bench-", suffix=".json")
     os.write(handle, json.dumps(scenes).encode())

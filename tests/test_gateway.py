@@ -107,6 +107,13 @@ def test_backend_problems() -> None:
     assert "serves 'my model'" in spaced[0]
 
 
+def test_first_user_allowed_a_model() -> None:
+    """Verification calls each model with the first user allowed it; a model nobody may call is left out."""
+    users = [{"name": "a", "models": ["x"]}, {"name": "b", "models": ["x", "y"]}]
+    assert [gateway.first_user(m, users) for m in ("x", "y", "z")] == [{"model": "x", "user": "a"},
+                                                                       {"model": "y", "user": "b"}, None]
+
+
 def test_models_document_is_openai_shaped() -> None:
     """GET /v1/models lists exactly the given names, once each, sorted."""
     document = json.loads(gateway.models_document(["qwen", "llama", "qwen"]))

@@ -143,6 +143,14 @@ def server_name(host: str, scene: str) -> str:
     return f"{host}:{scene}"
 
 
+def first_user(model: str, users: list[dict[str, Any]]) -> dict[str, str] | None:
+    """Return {model, user} for the first user allowed to call a model, or None when no user may."""
+    for user in users:
+        if model in (user.get("models") or []):
+            return {"model": model, "user": user["name"]}
+    return None
+
+
 def models_document(models: list[str]) -> str:
     """Return the OpenAI `GET /v1/models` body listing exactly these served names."""
     data = [{"id": m, "object": "model", "owned_by": "vllm-fleet"} for m in sorted(set(models))]

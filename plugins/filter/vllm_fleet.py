@@ -99,6 +99,7 @@ class FilterModule:
             "vllm_fleet_gateway_scene_tls_name": gateway.scene_tls_name,
             "vllm_fleet_gateway_scene_tls_names": gateway.scene_tls_names,
             "vllm_fleet_gateway_models_document": gateway.models_document,
+            "vllm_fleet_gateway_first_user": gateway.first_user,
             "vllm_fleet_gateway_error": gateway.error_document,
             "vllm_fleet_gateway_tls_problems": gateway.tls_problems,
         }
