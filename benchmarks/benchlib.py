@@ -48,9 +48,10 @@ def summary(times: list[float]) -> dict[str, float]:
     return {"median": round(statistics.median(times), 3), "min": round(min(times), 3), "max": round(max(times), 3)}
 
 
-def markdown_table(results: Results) -> str:
-    """Return the results as a Markdown table: benchmark, runs, median, min, max (seconds)."""
-    lines = ["| benchmark | runs | median s | min s | max s |", "|---|---:|---:|---:|---:|"]
+def markdown_table(results: Results, unit: str = "s") -> str:
+    """Return the results as a Markdown table: benchmark, runs, median, min, max (in `unit`; "" when names say it)."""
+    suffix = f" {unit}" if unit else ""
+    lines = [f"| benchmark | runs | median{suffix} | min{suffix} | max{suffix} |", "|---|---:|---:|---:|---:|"]
     for name, times in results.items():
         s = summary(times)
         lines.append(f"| {name} | {len(times)} | {s['median']:.2f} | {s['min']:.2f} | {s['max']:.2f} |")
@@ -86,12 +87,15 @@ class Lab:
         """Return the address of host n."""
         return f"10.213.{self.first_index + n - 1}.2"
 
+    def on_host_argv(self, n: int, command: str) -> list[str]:
+        """Return the argv that runs a shell command on host n as root over SSH."""
+        keys = f"/var/lib/vllm-fleet-lab/labs/{self.name}"
+        return ["ssh", "-i", f"{keys}/id_ed25519", "-o", f"UserKnownHostsFile={keys}/known_hosts",
+                "-o", "StrictHostKeyChecking=yes", f"root@{self.address(n)}", command]
+
     def on_host(self, n: int, command: str) -> str:
         """Run a shell command on host n as root over SSH and return its output."""
-        keys = f"/var/lib/vllm-fleet-lab/labs/{self.name}"
-        argv = ["ssh", "-i", f"{keys}/id_ed25519", "-o", f"UserKnownHostsFile={keys}/known_hosts",
-                "-o", "StrictHostKeyChecking=yes", f"root@{self.address(n)}", command]
-        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        return subprocess.run(self.on_host_argv(n, command), capture_output=True, text=True, check=True).stdout
 
     def healthy_after(self, n: int, started: float, timeout: float = 900) -> float:
         """Poll the scene's /health on host n, from the host itself (scenes listen on loopback), until 200; return

@@ -4,6 +4,7 @@ Each test runs once, on the gateway's connection (mgw3); the GPU hosts are reach
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import ssl
@@ -65,7 +66,8 @@ def gateway_url() -> str:
 
 def call(path: str, token: str | None = None, body: dict[str, object] | None = None, method: str | None = None,
          url: str | None = None, timeout: float = 60) -> tuple[int, dict[str, str], str]:
-    """Make one HTTPS request to the gateway (or url) trusting the fleet CA; return status, headers and body."""
+    """Make one HTTPS request to the gateway (or url) trusting the fleet CA; return status, headers (names in lower
+    case, as HAProxy sends them) and body."""
     headers = {"Content-Type": "application/json"}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
@@ -73,9 +75,9 @@ def call(path: str, token: str | None = None, body: dict[str, object] | None = N
     request = urllib.request.Request((url or gateway_url()) + path, data=data, headers=headers, method=method)
     try:
         with urllib.request.urlopen(request, timeout=timeout, context=ssl.create_default_context(cafile=CA_FILE)) as r:
-            return r.status, dict(r.headers), r.read().decode()
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read().decode()
     except urllib.error.HTTPError as error:
-        return error.code, dict(error.headers), error.read().decode()
+        return error.code, {k.lower(): v for k, v in error.headers.items()}, error.read().decode()
 
 
 def chat(token: str, model: str = MODEL, prompt: str = "Hello", tokens: int = 4) -> tuple[int, dict[str, str], str]:
@@ -92,12 +94,12 @@ def client(user: str) -> tuple[openai.OpenAI, dict[str, object]]:
 
 
 class Load:
-    """A steady load of short chat requests through the gateway, from two threads, recording each outcome."""
+    """A steady load of short chat requests through the gateway, one after another, recording each outcome."""
 
     def __init__(self, user: str = "lab-user") -> None:
         """Prepare the load for one user's key; start() runs it."""
         self.token, self.stop, self.results = key(user), threading.Event(), []
-        self.threads = [threading.Thread(target=self._run, args=(n,)) for n in range(2)]
+        self.threads = [threading.Thread(target=self._run, args=(0,))]
 
     def _run(self, worker: int) -> None:
         """Send requests until stopped; record (start, end, status, backend)."""
@@ -109,7 +111,7 @@ class Load:
                 status, headers, _ = chat(self.token, prompt=f"worker {worker} request {n}", tokens=2)
             except OSError:
                 status, headers = 0, {}
-            self.results.append((start, time.monotonic(), status, headers.get("X-Vllm-Fleet-Backend", "")))
+            self.results.append((start, time.monotonic(), status, headers.get("x-vllm-fleet-backend", "")))
 
     def __enter__(self) -> Load:
         """Start the load."""
@@ -209,7 +211,7 @@ def test_nothing_answers_off_host_but_the_gateway(host: testinfra.host.Host) -> 
     certificate, even with a scene's own key."""
     scene_key = secrets()["vault_lab_realtime_api_key"]
     for name in GPU_HOSTS:
-        address = lab_host(name).backend.host
+        address = lab_host(name).ansible.get_variables()["ansible_host"]
         for port in (8000, 8001):
             with pytest.raises(OSError):
                 call("/v1/models", scene_key, url=f"http://{address}:{port}", timeout=5)
@@ -223,7 +225,7 @@ def test_rate_limit_is_per_key(host: testinfra.host.Host) -> None:
     statuses = [call("/v1/models", limited)[0] for _ in range(5)]
     status, headers, text = call("/v1/models", limited)
     assert statuses == [200] * 5
-    assert (status, headers.get("Retry-After"), json.loads(text)["error"]["code"]) == (429, "60", "rate_limit_exceeded")
+    assert (status, headers.get("retry-after"), json.loads(text)["error"]["code"]) == (429, "60", "rate_limit_exceeded")
     assert call("/v1/models", key("lab-user"))[0] == 200
 
 
@@ -287,7 +289,7 @@ def test_bad_gateway_input_is_refused_and_changes_nothing(host: testinfra.host.H
     """Bad keys, twin keys, unserved models and bad certificates fail the gateway's preflight, naming the gateway,
     the variable and the fix, and never printing a key; the running config stays."""
     if "vllm_gateway_tls_cert_var" in extra:
-        extra = {**extra, **certificate_pair(tmp_path, mismatched=bool(extra.pop("mismatched", False)),
+        extra = {**extra, **certificate_pair(mismatched=bool(extra.pop("mismatched", False)),
                                              expired=bool(extra.pop("expired", False)))}
     before = host.check_output(f"sha256sum {GATEWAY_CONFIG}")
     (tmp_path / "extra.yml").write_text(json.dumps(extra))
@@ -299,19 +301,24 @@ def test_bad_gateway_input_is_refused_and_changes_nothing(host: testinfra.host.H
     assert host.check_output(f"sha256sum {GATEWAY_CONFIG}") == before
 
 
-def certificate_pair(directory: Path, mismatched: bool, expired: bool) -> dict[str, str]:
-    """Return vault_cert and vault_key: a self-signed pair made by openssl, with another key or already expired."""
-    import subprocess
+def certificate_pair(mismatched: bool, expired: bool) -> dict[str, str]:
+    """Return vault_cert and vault_key: a self-signed pair for the gateway, with another key or already expired."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
 
-    subject = ["-subj", "/CN=gateway"]
-    days = ["-not_before", "20200101000000Z", "-not_after", "20200201000000Z"] if expired else ["-days", "30"]
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-noenc",
-                    "-keyout", str(directory / "k.pem"), "-out", str(directory / "c.pem"), *subject, *days],
-                   check=True, capture_output=True)
-    if mismatched:
-        subprocess.run(["openssl", "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-out",
-                        str(directory / "k.pem")], check=True, capture_output=True)
-    return {"vault_cert": (directory / "c.pem").read_text(), "vault_key": (directory / "k.pem").read_text()}
+    key, other = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, GATEWAY)])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    start, end = (now - datetime.timedelta(days=60), now - datetime.timedelta(days=30)) if expired else (
+        now - datetime.timedelta(days=1), now + datetime.timedelta(days=30))
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
+            .sign(key, hashes.SHA256()))
+    pem_key = (other if mismatched else key).private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                           serialization.NoEncryption())
+    return {"vault_cert": cert.public_bytes(serialization.Encoding.PEM).decode(), "vault_key": pem_key.decode()}
 
 
 def test_a_config_haproxy_rejects_leaves_the_running_one_serving(host: testinfra.host.Host, tmp_path: Path) -> None:

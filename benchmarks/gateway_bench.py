@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""The fleet gateway on a lab of two GPU-role hosts and a gateway: its overhead against a scene reached directly, and
+prefix affinity against no affinity on a workload of shared long prefixes larger than one scene's KV cache.
+
+Every load is `vllm bench serve` from the first GPU host's own vLLM: directly to its scene on loopback, or through the
+gateway's TLS port with a user's key. Prints medians over --runs runs (and writes them with --json)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from benchlib import REPO, BenchError, Lab, markdown_table, write_json
+
+LAB = Lab("mgwb", 236)  # indexes 236..238: away from `make lab-up`, molecule and the other benchmarks
+HOST1, HOST2, GATEWAY = "mgwb1", "mgwb2", "mgwb3"
+MODEL, TOKENIZER = "tiny-qwen2", "/var/lib/vllm/models/tiny-qwen2-awq"
+VLLM = "/opt/vllm/current/bin/vllm"
+# Each scene's KV cache is capped so the affinity workload's prefixes (12 x ~1,100 tokens, ~13k) overflow one scene
+# (64 blocks of 128 tokens: 8,192) but fit the fleet's two (16,384).
+BENCH_VARS = {
+    "vllm_scenes_list": [{"name": "realtime", "api_key_var": "vault_lab_realtime_api_key",
+                          "engine_args": {"num_gpu_blocks_override": 64, "block_size": 128}}],
+}
+USER_KEY_VAR = "vault_lab_gateway_key_lab_user"
+OVERHEAD = ["--dataset-name=random", "--random-input-len=128", "--random-output-len=32", "--num-prompts=64",
+            "--max-concurrency=16", "--ignore-eos"]
+AFFINITY = ["--dataset-name=prefix_repetition", "--prefix-repetition-prefix-len=1024",
+            "--prefix-repetition-suffix-len=64", "--prefix-repetition-num-prefixes=12",
+            "--prefix-repetition-output-len=8", "--num-prompts=240", "--max-concurrency=8"]
+
+
+def lab_key(name: str) -> str:
+    """Return a lab Vault variable, decrypted with the lab's public password."""
+    out = subprocess.run([str(REPO / ".venv/bin/ansible"), "-i", "inventory/lab", GATEWAY, "-m", "debug",
+                          "-a", f"var={name}", "-o"], cwd=REPO, env=LAB.env, capture_output=True, text=True,
+                         check=True).stdout
+    return re.search(r'"' + name + r'":\s*"([^"]+)"', out).group(1)  # type: ignore[union-attr]
+
+
+def converge(*extra: str) -> None:
+    """Converge the lab (site.yml without its verification) with the benchmark's scenes."""
+    vars_file = Path("/tmp/gateway-bench-vars.json")
+    vars_file.write_text(json.dumps(BENCH_VARS))
+    done = subprocess.run(LAB.playbook("site.yml", "all", "--skip-tags", "verify", "-e", f"@{vars_file}", *extra),
+                          cwd=REPO, env=LAB.env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise BenchError(f"converge failed:\n{done.stdout[-3000:]}")
+
+
+def gateway_only(*extra: str) -> None:
+    """Converge the gateway alone (a reload) with extra variables."""
+    vars_file = Path("/tmp/gateway-bench-vars.json")
+    done = subprocess.run(LAB.playbook("playbooks/gateway.yml", "all", "-e", f"@{vars_file}", *extra), cwd=REPO,
+                          env=LAB.env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise BenchError(f"gateway converge failed:\n{done.stdout[-3000:]}")
+
+
+def bench(base_url: str, key_file: str, args: list[str], seed: int) -> dict[str, Any]:
+    """Run vllm bench serve on host 1 against base_url with the key in key_file (KEY=...); return its result."""
+    command = (f"set -a; . {key_file}; SSL_CERT_FILE=/root/bench-ca.pem; export OPENAI_API_KEY=\"$KEY\"; "
+               f"HF_HUB_OFFLINE=1 {VLLM} bench serve --backend=openai-chat --endpoint=/v1/chat/completions "
+               f"--base-url={base_url} --model={MODEL} --tokenizer={TOKENIZER} --request-rate=inf --seed={seed} "
+               f"--percentile-metrics=ttft,tpot,e2el --metric-percentiles=50,99 --save-result --result-dir=/root "
+               f"--result-filename=bench.json {' '.join(args)} >/root/bench.log 2>&1 && cat /root/bench.json")
+    return json.loads(LAB.on_host(1, command))
+
+
+def prefix_counters() -> tuple[float, float]:
+    """Return the fleet's prefix-cache (queries, hits) token counters from each scene's /metrics, asked on its host."""
+    queries = hits = 0.0
+    for n in (1, 2):
+        text = LAB.on_host(n, "set -a; . /etc/vllm/scenes/realtime.env; curl -s -H \"Authorization: Bearer "
+                              "$VLLM_API_KEY\" http://127.0.0.1:8000/metrics")
+        for line in text.splitlines():
+            if line.startswith("vllm:prefix_cache_queries_total"):
+                queries += float(line.split()[-1])
+            elif line.startswith("vllm:prefix_cache_hits_total"):
+                hits += float(line.split()[-1])
+    return queries, hits
+
+
+def set_server(state: str) -> None:
+    """Put host 2's scene in `state` (maint or ready) at the gateway through its runtime API."""
+    LAB.on_host(3, "python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); "
+                   "s.connect('/run/vllm-gateway/admin.sock'); "
+                   f"s.sendall(b'set server model_0/{HOST2}:realtime state {state}\\n'); print(s.recv(99))\"")
+
+
+def main() -> int:
+    """Bring up the lab, measure overhead and affinity, print the table and write the JSON."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--keep", action="store_true", help="leave the lab up")
+    parser.add_argument("--json", help="also write the timings to this file (relative to the repo)")
+    args = parser.parse_args()
+    if problem := LAB.cannot_start("gateway_bench.py"):
+        print(problem, file=sys.stderr)
+        return 1
+    subprocess.run(LAB.tool("up", "--hosts", "2", "--gateways", "1", "--first-index", str(LAB.first_index)),
+                   check=True, capture_output=True)
+    try:
+        converge()
+        ca = Path(f"/var/lib/vllm-fleet-lab/pki/{LAB.name}/ca.crt").read_text()
+        user_key = lab_key(USER_KEY_VAR)
+        subprocess.run(LAB.on_host_argv(1, f"umask 077; cat > /root/bench-ca.pem; printf 'KEY=%s\\n' '{user_key}' "
+                                           "> /root/bench-user.env"), input=ca, text=True, check=True)
+        LAB.on_host(1, "umask 077; . /etc/vllm/scenes/realtime.env; printf 'KEY=%s\\n' \"$VLLM_API_KEY\" "
+                       "> /root/bench-scene.env")
+        gateway = f"https://{LAB.address(3)}"
+        rows: dict[str, list[float]] = {}
+        set_server("maint")  # overhead: the gateway's only scene is host 1's, the one the direct runs reach
+        for run in range(args.runs):
+            for name, url, key in (("direct", "http://127.0.0.1:8000", "/root/bench-scene.env"),
+                                   ("gateway", gateway, "/root/bench-user.env")):
+                result = bench(url, key, OVERHEAD, seed=run)
+                rows.setdefault(f"{name}: TTFT p50 ms", []).append(result["median_ttft_ms"])
+                rows.setdefault(f"{name}: output tok/s", []).append(result["output_throughput"])
+        set_server("ready")
+        for mode, extra in (("affinity", ()), ("no affinity (least-loaded)", ("-e", "vllm_gateway_affinity_bytes=0"))):
+            gateway_only(*extra)
+            for run in range(args.runs):
+                before = prefix_counters()
+                result = bench(gateway, "/root/bench-user.env", AFFINITY, seed=100 + run + (50 if extra else 0))
+                after = prefix_counters()
+                rows.setdefault(f"{mode}: prefix-cache hit rate %", []).append(
+                    100 * (after[1] - before[1]) / max(after[0] - before[0], 1))
+                rows.setdefault(f"{mode}: TTFT p50 ms", []).append(result["median_ttft_ms"])
+        if args.json:
+            write_json(REPO / args.json, rows)
+        print(markdown_table(rows, unit=""))
+    finally:
+        if not args.keep:
+            subprocess.run(LAB.tool("down"), check=False, capture_output=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
