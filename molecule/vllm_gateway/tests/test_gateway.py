@@ -35,6 +35,7 @@ VAULT_FILES = [REPO / "inventory/lab/group_vars/gateways/vault.yml", SCENARIO / 
                REPO / "inventory/lab/group_vars/gpu_hosts/vault.yml"]
 GATEWAY_CONFIG = "/etc/vllm-gateway/haproxy.cfg"
 PACE_S = 0.2  # between one load request's answer and the next
+REPORTS = REPO / "reports" / "molecule-vllm_gateway"  # figures for docs/benchmarks.md
 
 
 @functools.cache
@@ -375,7 +376,11 @@ def test_rollout_under_load_drops_nothing(host: testinfra.host.Host) -> None:
     assert all(lab_host(name).check_output("systemctl show -p InvocationID vllm-scene-realtime") != before[name]
                for name in GPU_HOSTS), "the change restarted no scene"
     latencies = sorted(end - start for start, end, _, _ in load.results)
-    print(f"rollout under load: {took:.0f} s, {len(load.results)} requests, {len(load.failures())} failed, "
-          f"p50 {latencies[len(latencies) // 2] * 1000:.0f} ms, p99 {latencies[int(len(latencies) * 0.99)] * 1000:.0f} ms")
+    figures = {"rollout_s": round(took), "requests": len(load.results), "failed": len(load.failures()),
+               "p50_ms": round(latencies[len(latencies) // 2] * 1000),
+               "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000),
+               "by_backend": {b: sum(1 for r in load.results if r[3] == b) for b in sorted({r[3] for r in load.results})}}
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    (REPORTS / "rollout-under-load.json").write_text(json.dumps(figures, indent=2) + "\n")
     assert len(load.results) > 100 and load.failures() == []
     assert {backend for _, _, _, backend in load.results} >= {f"{h}:realtime" for h in GPU_HOSTS}
