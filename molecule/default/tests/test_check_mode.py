@@ -26,6 +26,8 @@ sys.path.insert(0, str(REPO / "molecule" / "shared"))
 from playbooks import lab_host, run_playbook  # noqa: E402
 from rerun_hosts import LIMIT, rerun_host  # noqa: E402
 
+testinfra_hosts = ["ansible://gpu_hosts"]  # mdef4, the gateway, has tests/test_gateway.py
+
 LAB = os.environ.get("VFL_LAB", "mdef")  # molecule.yml's provisioner env names the scenario's lab
 CONFIG_DIR = "/etc/vllm/scenes"
 SCENE = "batch"

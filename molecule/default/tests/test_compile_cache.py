@@ -20,6 +20,8 @@ sys.path.insert(0, str(SCENARIO.parent / "shared"))
 
 from playbooks import run_playbook  # noqa: E402
 
+testinfra_hosts = ["ansible://gpu_hosts"]  # mdef4, the gateway, has tests/test_gateway.py
+
 UNIT = "vllm-scene-realtime"
 CACHE = "/var/lib/vllm/cache/realtime"
 INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s")

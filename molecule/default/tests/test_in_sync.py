@@ -22,6 +22,8 @@ sys.path.insert(0, str(SCENARIO.parents[1] / "molecule" / "shared"))
 from playbooks import run_playbook  # noqa: E402
 from rerun_hosts import LIMIT, RERUN_HOSTS, SITE_REPORTS, rerun_host  # noqa: E402
 
+testinfra_hosts = ["ansible://gpu_hosts"]  # mdef4, the gateway, has tests/test_gateway.py
+
 LAB = os.environ.get("VFL_LAB", "mdef")
 DRIFTED_HOST = "mdef2"
 FACT = "/etc/ansible/facts.d/vllm_fleet.fact"  # vllm_state writes it 0644; a mode change restarts nothing

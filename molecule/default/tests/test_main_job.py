@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 import testinfra.host
 
-SERVED = "tiny-qwen2"
+testinfra_hosts = ["ansible://gpu_hosts"]  # mdef4, the gateway, has tests/test_gateway.py
+
+SERVED = {"realtime": "tiny-qwen2", "batch": "tiny-qwen2-batch"}  # host_vars/mdef1.yml names batch's model
 
 
 def scenes_of(host: testinfra.host.Host) -> dict[str, int]:
@@ -65,14 +67,14 @@ def test_models_endpoint_lists_the_served_name(host: testinfra.host.Host) -> Non
     """GET /v1/models with the key lists the scene's served model name."""
     for scene, port in scenes_of(host).items():
         status, body = http(host, f"http://127.0.0.1:{port}/v1/models", api_key(host, scene))
-        assert status == 200 and [m["id"] for m in json.loads(body)["data"]] == [SERVED]
+        assert status == 200 and [m["id"] for m in json.loads(body)["data"]] == [SERVED[scene]]
 
 
 def test_chat_completion_returns_text_and_usage(host: testinfra.host.Host) -> None:
     """A greedy chat completion returns non-empty text and token usage."""
     for scene, port in scenes_of(host).items():
         status, body = http(host, f"http://127.0.0.1:{port}/v1/chat/completions", api_key(host, scene),
-                            {"model": SERVED, "temperature": 0, "max_tokens": 8,
+                            {"model": SERVED[scene], "temperature": 0, "max_tokens": 8,
                              "messages": [{"role": "user", "content": "Hello, how are you?"}]})
         answer = json.loads(body)
         assert status == 200 and answer["choices"][0]["message"]["content"].strip()
@@ -193,7 +195,7 @@ def test_client_settings_reference_the_key_without_holding_it(host: testinfra.ho
     name = host.backend.get_hostname()
     for scene, port in scenes_of(host).items():
         settings = json.loads((REPO / "clients" / name / f"{scene}.json").read_text())
-        assert settings["base_url"].endswith(f":{port}/v1") and settings["model"] == SERVED
+        assert settings["base_url"].endswith(f":{port}/v1") and settings["model"] == SERVED[scene]
         assert settings["api_key_vault_var"] == f"vault_lab_{scene}_api_key"
         assert {"max_tokens", "temperature", "timeout"} <= set(settings)
         assert api_key(host, scene) not in json.dumps(settings)

@@ -14,6 +14,8 @@ sys.path.insert(0, str(SCENARIO.parent / "shared"))
 
 from playbooks import run_playbook  # noqa: E402
 
+testinfra_hosts = ["ansible://gpu_hosts"]  # mdef4, the gateway, has tests/test_gateway.py
+
 
 @functools.cache
 def plan() -> str:

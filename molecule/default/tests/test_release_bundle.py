@@ -15,6 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
 from releases import CURRENT, WHEELHOUSE, installed_pins, locked_pins  # noqa: E402
 
+testinfra_hosts = ["ansible://gpu_hosts"]  # mdef4, the gateway, has tests/test_gateway.py
+
 BUNDLES = WHEELHOUSE / "releases"
 
 

@@ -1,7 +1,8 @@
-"""playbooks/rollout.yml on the converged three-host lab, once the other tests are done with it, one change to the
-realtime scene after another (each run once, shared by the hosts' tests; rollout/changes): a change vLLM's parser
-rejects restarts nothing; a change that fails at start-up stops at the canary, which is restored and verified while
-mdef2 and mdef3 are never touched; a good change reaches every host, canary first."""
+"""playbooks/rollout.yml on the converged lab, once the other tests are done with it, one change to the realtime
+scene after another (each run once, shared by the hosts' tests; rollout/changes), each while a steady load runs
+through the gateway (mdef4): a change vLLM's parser rejects restarts nothing; a change that fails at start-up stops
+at the canary, which is restored and verified while mdef2 and mdef3 are never touched; a good change reaches every
+host, canary first. Each host is drained at the gateway around its change: not one request of the load fails."""
 
 from __future__ import annotations
 
@@ -20,10 +21,13 @@ SCENARIO = Path(__file__).resolve().parents[1]
 REPO = SCENARIO.parents[1]
 sys.path.insert(0, str(REPO / "molecule" / "shared"))
 
+from gateway_client import GPU_HOSTS, Load  # noqa: E402
 from playbooks import lab_host, run_playbook  # noqa: E402
 
+testinfra_hosts = ["ansible://gpu_hosts"]  # mdef4, the gateway, has tests/test_gateway.py
+
 LAB = os.environ.get("VFL_LAB", "mdef")
-HOSTS = ("mdef1", "mdef2", "mdef3")
+HOSTS = GPU_HOSTS
 CHANGES = SCENARIO / "rollout"  # the changes, and the extra vars of every rollout here: drain hooks, light load tests
 CANARY = HOSTS[0]
 UNIT = "vllm-scene-realtime.service"
@@ -33,6 +37,7 @@ FACT = "/etc/ansible/facts.d/vllm_fleet.fact"
 HOOKS_LOG = "/var/log/vllm-fleet-hooks.log"  # the drain hooks (rollout/hooks) log each call there
 # The rollouts' own compile-cache store, empty at first: the lab's may hold the good change's bundle already.
 STORE = tempfile.mkdtemp(prefix="mdef-rollout-compile-cache-")
+REPORTS = REPO / "reports" / "molecule-default"  # the load's figures, for docs/benchmarks.md
 
 
 def scene_state(name: str) -> dict[str, str]:
@@ -47,15 +52,22 @@ def scene_state(name: str) -> dict[str, str]:
 
 
 @functools.cache
-def rollout(change: str) -> tuple[dict[str, dict[str, str]], subprocess.CompletedProcess[str], dict[str, dict[str, str]]]:
-    """Roll out rollout/changes/<change>.yml to the whole lab once; return every host's state before, the run, and
-    after."""
+def rollout_under_load(change: str) -> tuple[dict[str, dict[str, str]], subprocess.CompletedProcess[str],
+                                              dict[str, dict[str, str]], Load]:
+    """Roll out rollout/changes/<change>.yml to the whole lab once while a load runs through the gateway; return
+    every host's state before, the run, every host's state after, and the load."""
     before = {name: scene_state(name) for name in HOSTS}
     extra = [f"@{CHANGES}/hooks.yml", f"@{CHANGES}/verify.yml", f"@{CHANGES}/changes/{change}.yml",
              f"vllm_scenes_compile_cache_store={STORE}"]
-    result = run_playbook(SCENARIO, LAB, "gpu_hosts", "../../playbooks/rollout.yml",
-                          *(arg for value in extra for arg in ("-e", value)))
-    return before, result, {name: scene_state(name) for name in HOSTS}
+    with Load() as load:
+        result = run_playbook(SCENARIO, LAB, "gpu_hosts", "../../playbooks/rollout.yml",
+                              *(arg for value in extra for arg in ("-e", value)))
+    return before, result, {name: scene_state(name) for name in HOSTS}, load
+
+
+def rollout(change: str) -> tuple[dict[str, dict[str, str]], subprocess.CompletedProcess[str], dict[str, dict[str, str]]]:
+    """Return a change's rollout: every host's state before, the run, and after."""
+    return rollout_under_load(change)[:3]
 
 
 def new_hook_calls(before: dict[str, str], after: dict[str, str]) -> list[str]:
@@ -137,3 +149,16 @@ def test_batches_after_the_canary_start_from_its_compile_cache(host: testinfra.h
     assert changed_hosts(result.stdout, "Pack each scene's compiled artefacts") == {CANARY}, result.stdout[-4000:]
     assert changed_hosts(result.stdout, "Unpack each bundle into its scene's cache") == set(HOSTS[1:]), \
         result.stdout[-4000:]
+
+
+def test_no_rollout_drops_a_request_through_the_gateway(host: testinfra.host.Host) -> None:
+    """Through each rollout, the rejected, the failed and restored, and the good one, a load through the gateway
+    sees no failed request; during the good one every host's realtime served part of it."""
+    loads = {change: rollout_under_load(change)[3] for change in ("invalid", "fails-at-start", "good")}
+    assert {change: load.failures() for change, load in loads.items()} == dict.fromkeys(loads, [])
+    assert all(len(load.results) > 5 for load in loads.values()), {c: len(load.results) for c, load in loads.items()}
+    figures = loads["good"].figures()
+    assert set(figures["by_backend"]) == {f"{name}:realtime" for name in HOSTS}, figures
+    REPORTS.mkdir(parents=True, exist_ok=True)
+    (REPORTS / "rollout-under-load.json").write_text(json.dumps(figures, indent=2) + "\n")
+    assert host.backend.get_hostname() in HOSTS

@@ -1,140 +1,30 @@
-"""The fleet gateway from the controller, as a client sees it: keys on every path, TLS, the OpenAI SDK from the
-generated client settings, per-key limits, failover and revocation under load, and bad inputs refused in preflight.
-Each test runs once, on the gateway's connection (mgw3); the GPU hosts are reached through lab_host."""
+"""The fleet gateway (mdef4) from the controller, as a client sees it: keys on every path, TLS, the OpenAI SDK from
+the generated client settings, per-key limits, failover and revocation under load, and bad inputs refused in
+preflight. Each test runs once, on the gateway's connection; the GPU hosts are reached through lab_host. The
+rollouts under load are tests/test_rollout.py's."""
 
 from __future__ import annotations
 
 import datetime
-import functools
 import json
 import ssl
 import sys
-import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
-import openai
 import pytest
 import testinfra.host
 import yaml
 
-SCENARIO = Path(__file__).resolve().parents[1]
-REPO = SCENARIO.parents[1]
-sys.path.insert(0, str(SCENARIO.parent / "shared"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
 
+from gateway_client import (BATCH_MODEL, CA_FILE, GATEWAY, GPU_HOSTS, LAB, MODEL, SCENARIO, SETTINGS, Load,  # noqa: E402
+                            call, chat, client, key, secrets)
 from playbooks import lab_host, run_playbook  # noqa: E402
 
-testinfra_hosts = ["ansible://mgw3"]
-LAB, GATEWAY, GPU_HOSTS = "mgw", "mgw3", ("mgw1", "mgw2")
-CA_FILE = f"/var/lib/vllm-fleet-lab/pki/{LAB}/ca.crt"
-SETTINGS = REPO / "clients" / GATEWAY
-MODEL, BATCH_MODEL = "tiny-qwen2", "tiny-qwen2-batch"
-VAULT_FILES = [REPO / "inventory/lab/group_vars/gateways/vault.yml", SCENARIO / "host_vars/mgw3/vault.yml",
-               REPO / "inventory/lab/group_vars/gpu_hosts/vault.yml"]
+testinfra_hosts = [f"ansible://{GATEWAY}"]
 GATEWAY_CONFIG = "/etc/vllm-gateway/haproxy.cfg"
-PACE_S = 0.2  # between one load request's answer and the next
-REPORTS = REPO / "reports" / "molecule-vllm_gateway"  # figures for docs/benchmarks.md
-
-
-@functools.cache
-def secrets() -> dict[str, str]:
-    """Return the lab's Vault variables, decrypted with its public password."""
-    from ansible.parsing.vault import VaultLib, VaultSecret
-
-    vault = VaultLib([("lab", VaultSecret((REPO / "inventory/lab/vault-password").read_bytes().strip()))])
-
-    class Loader(yaml.SafeLoader):
-        """YAML with Ansible's !vault tag."""
-
-    Loader.add_constructor("!vault", lambda loader, node: vault.decrypt(loader.construct_scalar(node)).decode())
-    found: dict[str, str] = {}
-    for path in VAULT_FILES:
-        found.update(yaml.load(path.read_text(), Loader=Loader))  # noqa: S506 - SafeLoader plus one tag
-    return found
-
-
-def key(user: str) -> str:
-    """Return a gateway user's key by user name."""
-    return secrets()[{"lab-user": "vault_lab_gateway_key_lab_user"}.get(user, f"vault_mgw_key_{user.replace('-', '_')}")]
-
-
-@functools.cache
-def gateway_url() -> str:
-    """Return the gateway's base URL as the generated client settings give it (without /v1)."""
-    return json.loads((SETTINGS / "lab-user.json").read_text())["base_url"].removesuffix("/v1")
-
-
-def call(path: str, token: str | None = None, body: dict[str, object] | None = None, method: str | None = None,
-         url: str | None = None, timeout: float = 60) -> tuple[int, dict[str, str], str]:
-    """Make one HTTPS request to the gateway (or url) trusting the fleet CA; return status, headers (names in lower
-    case, as HAProxy sends them) and body."""
-    headers = {"Content-Type": "application/json"}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request((url or gateway_url()) + path, data=data, headers=headers, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout, context=ssl.create_default_context(cafile=CA_FILE)) as r:
-            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, {k.lower(): v for k, v in error.headers.items()}, error.read().decode()
-
-
-def chat(token: str, model: str = MODEL, prompt: str = "Hello", tokens: int = 4) -> tuple[int, dict[str, str], str]:
-    """Send one short chat completion through the gateway."""
-    return call("/v1/chat/completions", token, {"model": model, "max_tokens": tokens,
-                                                "messages": [{"role": "user", "content": prompt}]})
-
-
-def client(user: str) -> tuple[openai.OpenAI, dict[str, object]]:
-    """Return the real OpenAI SDK configured from a user's generated client settings, and the settings."""
-    settings = json.loads((SETTINGS / f"{user}.json").read_text())
-    return openai.OpenAI(base_url=settings["base_url"], api_key=key(user), timeout=settings["timeout"],
-                         http_client=openai.DefaultHttpxClient(verify=settings["ca_file"])), settings
-
-
-class Load:
-    """A steady load of short chat requests through the gateway, one every PACE_S after the last answer, recording
-    each outcome."""
-
-    def __init__(self, user: str = "lab-user") -> None:
-        """Prepare the load for one user's key; start() runs it."""
-        self.token, self.stop, self.results = key(user), threading.Event(), []
-        self.threads = [threading.Thread(target=self._run, args=(0,))]
-
-    def _run(self, worker: int) -> None:
-        """Send requests until stopped; record (start, end, status, backend)."""
-        n = 0
-        while not self.stop.is_set():
-            n += 1
-            start = time.monotonic()
-            try:
-                status, headers, _ = chat(self.token, prompt=f"worker {worker} request {n}", tokens=2)
-            except OSError:
-                status, headers = 0, {}
-            self.results.append((start, time.monotonic(), status, headers.get("x-vllm-fleet-backend", "")))
-            # Paced, so the lab's two cores keep room for the rollout it runs beside.
-            time.sleep(PACE_S)
-
-    def __enter__(self) -> Load:
-        """Start the load."""
-        for thread in self.threads:
-            thread.start()
-        time.sleep(2)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        """Stop the load and wait for the requests in flight."""
-        self.stop.set()
-        for thread in self.threads:
-            thread.join(120)
-
-    def failures(self, unless_in_flight_at: float | None = None) -> list[tuple[float, float, int, str]]:
-        """Return the failed requests, leaving out those in flight at a given moment."""
-        return [r for r in self.results if r[2] != 200
-                and not (unless_in_flight_at is not None and r[0] <= unless_in_flight_at <= r[1])]
+FAILOVER_HOST = GPU_HOSTS[1]  # realtime alone; mdef1 is the rollouts' canary
 
 
 def test_ingress_and_gateway_change_nothing_when_run_again(host: testinfra.host.Host) -> None:
@@ -253,23 +143,27 @@ def scene_health(name: str) -> int:
 def test_failover_loses_nothing_but_what_was_in_flight(host: testinfra.host.Host) -> None:
     """Under load, stopping one host's scene fails only requests in flight on it; it is back in rotation within 5 s
     of its /health turning 200."""
-    victim = lab_host(GPU_HOSTS[0])
+    victim = lab_host(FAILOVER_HOST)
+    every_scene = {f"{h}:realtime" for h in GPU_HOSTS}
     with Load() as load:
+        deadline = time.monotonic() + 60
+        while not every_scene <= {r[3] for r in load.results} and time.monotonic() < deadline:
+            time.sleep(0.5)
         stopped_at = time.monotonic()
         victim.check_output("systemctl stop vllm-scene-realtime")
         time.sleep(5)
         victim.check_output("systemctl start --no-block vllm-scene-realtime")
         deadline = time.monotonic() + 600
-        while scene_health(GPU_HOSTS[0]) != 200 and time.monotonic() < deadline:
+        while scene_health(FAILOVER_HOST) != 200 and time.monotonic() < deadline:
             time.sleep(0.5)
         healthy_at = time.monotonic()
         while time.monotonic() < healthy_at + 10 and not any(
-                r[0] > healthy_at and r[3] == f"{GPU_HOSTS[0]}:realtime" for r in load.results):
+                r[0] > healthy_at and r[3] == f"{FAILOVER_HOST}:realtime" for r in load.results):
             time.sleep(0.2)
-    back = [r[0] for r in load.results if r[0] > healthy_at and r[3] == f"{GPU_HOSTS[0]}:realtime"]
+    back = [r[0] for r in load.results if r[0] > healthy_at and r[3] == f"{FAILOVER_HOST}:realtime"]
     assert load.failures(unless_in_flight_at=stopped_at) == []
-    assert back and back[0] - healthy_at <= 5, f"first request to {GPU_HOSTS[0]} {back[:1]} after health {healthy_at}"
-    assert {r[3] for r in load.results if r[0] < stopped_at} == {f"{h}:realtime" for h in GPU_HOSTS}
+    assert back and back[0] - healthy_at <= 5, f"first request to {FAILOVER_HOST} {back[:1]} after health {healthy_at}"
+    assert {r[3] for r in load.results if r[0] < stopped_at} == every_scene
 
 
 def gateway_run(*extra: str) -> tuple[int, str]:
@@ -282,7 +176,7 @@ BAD_USERS = [
     {"name": "short", "key_var": "vault_short", "models": [MODEL]},
     {"name": "odd", "key_var": "vault_odd", "models": [MODEL]},
     {"name": "twin", "key_var": "vault_lab_gateway_key_lab_user", "models": [MODEL]},
-    {"name": "ghost", "key_var": "vault_mgw_key_revoked", "models": ["no-such-model"]},
+    {"name": "ghost", "key_var": "vault_mdef_key_revoked", "models": ["no-such-model"]},
 ]
 
 
@@ -349,7 +243,7 @@ def test_revocation_under_load_drops_nothing(host: testinfra.host.Host, tmp_path
     """Removing a user and converging reloads the gateway: that key gets 401 while a steady load on another key sees
     no failed request."""
     assert call("/v1/models", key("revoked"))[0] == 200
-    users = yaml.safe_load((SCENARIO / "host_vars/mgw3/main.yml").read_text())["vllm_gateway_users"]
+    users = yaml.safe_load((SCENARIO / f"host_vars/{GATEWAY}/main.yml").read_text())["vllm_gateway_users"]
     (tmp_path / "users.yml").write_text(json.dumps({"vllm_gateway_users": [u for u in users if u["name"] != "revoked"]}))
     with Load() as load:
         status, output = gateway_run("-e", f"@{tmp_path / 'users.yml'}")
@@ -360,27 +254,3 @@ def test_revocation_under_load_drops_nothing(host: testinfra.host.Host, tmp_path
     assert len(load.results) > 20 and load.failures() == []
     assert gateway_run()[0] == 0  # the scenario's own users again
     assert call("/v1/models", key("revoked"))[0] == 200
-
-
-def test_rollout_under_load_drops_nothing(host: testinfra.host.Host) -> None:
-    """A change that restarts every scene of both GPU hosts, rolled out with playbooks/rollout.yml while a load runs
-    through the gateway without pause: each host is drained first, so not one request fails."""
-    before = {name: lab_host(name).check_output("systemctl show -p InvocationID vllm-scene-realtime")
-              for name in GPU_HOSTS}
-    with Load() as load:
-        started = time.monotonic()
-        result = run_playbook(SCENARIO, LAB, "all", "../../playbooks/rollout.yml",
-                              "-e", f"@{SCENARIO.parent / 'default/rollout/verify.yml'}", "-e", "vllm_scenes_restart_sec=4")
-        took = time.monotonic() - started
-    assert result.returncode == 0, result.stdout[-4000:]
-    assert all(lab_host(name).check_output("systemctl show -p InvocationID vllm-scene-realtime") != before[name]
-               for name in GPU_HOSTS), "the change restarted no scene"
-    latencies = sorted(end - start for start, end, _, _ in load.results)
-    figures = {"rollout_s": round(took), "requests": len(load.results), "failed": len(load.failures()),
-               "p50_ms": round(latencies[len(latencies) // 2] * 1000),
-               "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000),
-               "by_backend": {b: sum(1 for r in load.results if r[3] == b) for b in sorted({r[3] for r in load.results})}}
-    REPORTS.mkdir(parents=True, exist_ok=True)
-    (REPORTS / "rollout-under-load.json").write_text(json.dumps(figures, indent=2) + "\n")
-    assert len(load.results) > 100 and load.failures() == []
-    assert {backend for _, _, _, backend in load.results} >= {f"{h}:realtime" for h in GPU_HOSTS}
