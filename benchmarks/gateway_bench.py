@@ -123,7 +123,7 @@ def main() -> int:
                 rows.setdefault(f"{name}: TTFT p50 ms", []).append(result["median_ttft_ms"])
                 rows.setdefault(f"{name}: output tok/s", []).append(result["output_throughput"])
         set_server("ready")
-        for mode, extra in (("affinity", ()), ("no affinity (least-loaded)", ("-e", "vllm_gateway_affinity_bytes=0"))):
+        for mode, extra in (("prefix affinity", ()), ("round robin", ("-e", "vllm_gateway_balance=roundrobin"))):
             gateway_only(*extra)
             for run in range(args.runs):
                 before = prefix_counters()
