@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import sys
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "lib"))
 
+from lab_certificates import self_signed_pair  # noqa: E402
 from vllm_fleet import gateway  # noqa: E402
 
 GOOD_KEY = "k" * 40
@@ -130,25 +126,12 @@ def test_error_document_has_no_single_quote() -> None:
                                          "code": "rate_limit_exceeded"}
 
 
-def _pem_pair(days: int, start_days: int = -1) -> tuple[str, str]:
-    """Return a self-signed PEM certificate valid from start_days to days from now, and its key."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "gw")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now + datetime.timedelta(days=start_days))
-            .not_valid_after(now + datetime.timedelta(days=days)).sign(key, hashes.SHA256()))
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption()).decode()
-    return cert.public_bytes(serialization.Encoding.PEM).decode(), key_pem
-
-
 def test_tls_problems() -> None:
     """A good pair passes; another key, an expired or future certificate, or no PEM at all is refused."""
-    cert, key = _pem_pair(30)
-    _, other_key = _pem_pair(30)
-    expired, expired_key = _pem_pair(-1, start_days=-10)
-    future, future_key = _pem_pair(30, start_days=5)
+    cert, key = self_signed_pair("gw", 30)
+    _, other_key = self_signed_pair("gw", 30)
+    expired, expired_key = self_signed_pair("gw", -1, start_days=-10)
+    future, future_key = self_signed_pair("gw", 30, start_days=5)
     assert gateway.tls_problems(cert, key) == []
     assert gateway.tls_problems(cert, other_key) == ["the certificate does not match the key (their public keys differ)"]
     assert "the certificate expired on" in gateway.tls_problems(expired, expired_key)[0]

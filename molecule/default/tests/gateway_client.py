@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import ssl
+import sys
 import threading
 import time
 import urllib.error
@@ -13,7 +14,10 @@ import urllib.request
 from pathlib import Path
 
 import openai
-import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
+
+from lab_vault import lab_secrets  # noqa: E402
 
 SCENARIO = Path(__file__).resolve().parents[1]
 REPO = SCENARIO.parents[1]
@@ -28,19 +32,8 @@ PACE_S = 0.2  # between one load request's answer and the next: the lab's two co
 
 @functools.cache
 def secrets() -> dict[str, str]:
-    """Return the lab's Vault variables, decrypted with its public password."""
-    from ansible.parsing.vault import VaultLib, VaultSecret
-
-    vault = VaultLib([("lab", VaultSecret((REPO / "inventory/lab/vault-password").read_bytes().strip()))])
-
-    class Loader(yaml.SafeLoader):
-        """YAML with Ansible's !vault tag."""
-
-    Loader.add_constructor("!vault", lambda loader, node: vault.decrypt(loader.construct_scalar(node)).decode())
-    found: dict[str, str] = {}
-    for path in VAULT_FILES:
-        found.update(yaml.load(path.read_text(), Loader=Loader))  # noqa: S506 - SafeLoader plus one tag
-    return found
+    """Return the lab's Vault variables the gateway tests use (keys of the scenes and of the gateway's users)."""
+    return lab_secrets(*VAULT_FILES)
 
 
 def key(user: str) -> str:

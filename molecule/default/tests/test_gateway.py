@@ -5,7 +5,6 @@ rollouts under load are tests/test_rollout.py's."""
 
 from __future__ import annotations
 
-import datetime
 import json
 import ssl
 import sys
@@ -16,10 +15,11 @@ import pytest
 import testinfra.host
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+sys.path[:0] = [str(Path(__file__).resolve().parents[2] / "shared"), str(Path(__file__).resolve().parents[3] / "tools")]
 
 from gateway_client import (BATCH_MODEL, CA_FILE, GATEWAY, GPU_HOSTS, LAB, MODEL, SCENARIO, SETTINGS, Load,  # noqa: E402
                             call, chat, client, key, secrets)
+from lab_certificates import self_signed_pair  # noqa: E402
 from playbooks import lab_host, run_playbook  # noqa: E402
 
 testinfra_hosts = [f"ansible://{GATEWAY}"]
@@ -212,22 +212,8 @@ def test_bad_gateway_input_is_refused_and_changes_nothing(host: testinfra.host.H
 
 def certificate_pair(mismatched: bool, expired: bool) -> dict[str, str]:
     """Return vault_cert and vault_key: a self-signed pair for the gateway, with another key or already expired."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key, other = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, GATEWAY)])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    start, end = (now - datetime.timedelta(days=60), now - datetime.timedelta(days=30)) if expired else (
-        now - datetime.timedelta(days=1), now + datetime.timedelta(days=30))
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(start).not_valid_after(end)
-            .sign(key, hashes.SHA256()))
-    pem_key = (other if mismatched else key).private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                           serialization.NoEncryption())
-    return {"vault_cert": cert.public_bytes(serialization.Encoding.PEM).decode(), "vault_key": pem_key.decode()}
+    cert, key = self_signed_pair(GATEWAY, -30, start_days=-60) if expired else self_signed_pair(GATEWAY, 30)
+    return {"vault_cert": cert, "vault_key": self_signed_pair(GATEWAY, 30)[1] if mismatched else key}
 
 
 def test_a_config_haproxy_rejects_leaves_the_running_one_serving(host: testinfra.host.Host, tmp_path: Path) -> None:

@@ -1,0 +1,26 @@
+"""The lab's Vault variables, decrypted with the lab's public password (inventory/lab/vault-password): for the
+molecule tests and benchmarks that act as the lab's clients. Never for a real inventory's secrets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from ansible.parsing.vault import VaultLib, VaultSecret
+
+REPO = Path(__file__).resolve().parents[1]
+PASSWORD_FILE = REPO / "inventory" / "lab" / "vault-password"
+
+
+def lab_secrets(*files: Path) -> dict[str, str]:
+    """Return the variables of YAML files whose values may be !vault strings of the lab's identity, decrypted."""
+    vault = VaultLib([("lab", VaultSecret(PASSWORD_FILE.read_bytes().strip()))])
+
+    class Loader(yaml.SafeLoader):
+        """YAML with Ansible's !vault tag."""
+
+    Loader.add_constructor("!vault", lambda loader, node: vault.decrypt(loader.construct_scalar(node)).decode())
+    found: dict[str, str] = {}
+    for path in files:
+        found.update(yaml.load(path.read_text(), Loader=Loader) or {})  # noqa: S506 - SafeLoader plus one tag
+    return found
