@@ -10,12 +10,12 @@ LAB_DISTRO ?= debian12
 LAB_WWW := /var/lib/vllm-fleet-lab/www
 # Molecule scenarios in two lanes that run at once, each in order (tools/molecule_lanes.py). Those that serve vLLM
 # are CPU-bound on the lab's 2 cores. default (the main job on three GPU hosts and the gateway in front of them, and
-# the rollouts under load through it) is the longest; it builds the wheelhouse, packs the release and publishes the
-# compile-cache bundles the others start from, and nvidia_driver (no vLLM) follows it in lane 1. Lane 2 runs at
-# MOLECULE_NICE, on the cores default leaves idle (it averages 1.4 of 2 alone): first the scenarios that serve no
-# vLLM, then vllm_scenes (one host: the release default has packed, the tiny model, scenes that start from default's
-# bundles). Each scenario is in exactly one lane (a test checks).
-MOLECULE_LANES ?= default,nvidia_driver vllm_model,vllm_drift,node_exporter,vllm_scenes
+# the rollouts under load through it) is the longest and has lane 1 to itself; it builds the wheelhouse, packs the
+# release and publishes the compile-cache bundles the others start from. Lane 2 runs at MOLECULE_NICE, on the cores
+# default leaves idle: first the scenarios that serve no vLLM, then vllm_scenes (one host: the release default has
+# packed, the tiny model, scenes that start from default's bundles) and nvidia_driver (no vLLM). Each scenario is in
+# exactly one lane (a test checks).
+MOLECULE_LANES ?= default vllm_model,vllm_drift,node_exporter,vllm_scenes,nvidia_driver
 MOLECULE_NICE ?= 10
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)

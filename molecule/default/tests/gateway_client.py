@@ -77,12 +77,12 @@ def client(user: str) -> tuple[openai.OpenAI, dict[str, object]]:
 
 
 class Load:
-    """A steady load of short chat requests through the gateway, one every PACE_S after the last answer, recording
-    each outcome as (start, end, status, backend)."""
+    """A steady load of short chat requests through the gateway, one every pace seconds after the last answer,
+    recording each outcome as (start, end, status, backend)."""
 
-    def __init__(self, user: str = "lab-user") -> None:
+    def __init__(self, user: str = "lab-user", pace: float = PACE_S) -> None:
         """Prepare the load for one user's key; entering the context runs it."""
-        self.token, self.stop, self.results = key(user), threading.Event(), []
+        self.token, self.pace, self.stop, self.results = key(user), pace, threading.Event(), []
         self.thread = threading.Thread(target=self._run)
 
     def _run(self) -> None:
@@ -96,7 +96,7 @@ class Load:
             except OSError:
                 status, headers = 0, {}
             self.results.append((start, time.monotonic(), status, headers.get("x-vllm-fleet-backend", "")))
-            time.sleep(PACE_S)
+            time.sleep(self.pace)
 
     def __enter__(self) -> Load:
         """Start the load."""

@@ -21,6 +21,7 @@ from gateway_client import (BATCH_MODEL, CA_FILE, GATEWAY, GPU_HOSTS, LAB, MODEL
                             call, chat, client, key, secrets)
 from lab_certificates import self_signed_pair  # noqa: E402
 from playbooks import lab_host, run_playbook  # noqa: E402
+from units import MAX_EXPOSURE, exposure  # noqa: E402
 
 testinfra_hosts = [f"ansible://{GATEWAY}"]
 GATEWAY_CONFIG = "/etc/vllm-gateway/haproxy.cfg"
@@ -122,6 +123,13 @@ def test_nothing_answers_off_host_but_the_gateway(host: testinfra.host.Host) -> 
                 call("/v1/models", scene_key, url=f"http://{address}:{port}", timeout=5)
         answer = ingress_answers(address, f"realtime.{name}", scene_key)
         assert answer.startswith("refused: ") and "CERTIFICATE_REQUIRED" in answer.upper(), answer
+
+
+def test_the_gateway_and_every_ingress_unit_are_hardened(host: testinfra.host.Host) -> None:
+    """The HAProxy units the kit installs score at most MAX_EXPOSURE in systemd-analyze security."""
+    scores = {GATEWAY: exposure(host, "vllm-gateway.service"),
+              **{name: exposure(lab_host(name), "vllm-ingress.service") for name in GPU_HOSTS}}
+    assert max(scores.values()) <= MAX_EXPOSURE, scores
 
 
 def test_rate_limit_is_per_key(host: testinfra.host.Host) -> None:

@@ -38,6 +38,8 @@ HOOKS_LOG = "/var/log/vllm-fleet-hooks.log"  # the drain hooks (rollout/hooks) l
 # The rollouts' own compile-cache store, empty at first: the lab's may hold the good change's bundle already.
 STORE = tempfile.mkdtemp(prefix="mdef-rollout-compile-cache-")
 REPORTS = REPO / "reports" / "molecule-default"  # the load's figures, for docs/benchmarks.md
+# Slower than the gateway tests' load: each rollout's own load tests must keep their share of the 2 cores.
+ROLLOUT_PACE_S = 0.5
 
 
 def scene_state(name: str) -> dict[str, str]:
@@ -59,7 +61,7 @@ def rollout_under_load(change: str) -> tuple[dict[str, dict[str, str]], subproce
     before = {name: scene_state(name) for name in HOSTS}
     extra = [f"@{CHANGES}/hooks.yml", f"@{CHANGES}/verify.yml", f"@{CHANGES}/changes/{change}.yml",
              f"vllm_scenes_compile_cache_store={STORE}"]
-    with Load() as load:
+    with Load(pace=ROLLOUT_PACE_S) as load:
         result = run_playbook(SCENARIO, LAB, "gpu_hosts", "../../playbooks/rollout.yml",
                               *(arg for value in extra for arg in ("-e", value)))
     return before, result, {name: scene_state(name) for name in HOSTS}, load
