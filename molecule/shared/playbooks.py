@@ -27,3 +27,9 @@ def run_playbook(scenario: Path, lab: str, limit: str, playbook: str, *extra: st
            "ANSIBLE_FORCE_COLOR": "0"}
     return subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=900,
                           check=False)
+
+
+def scene_health(name: str, timeout: float = 10) -> int:
+    """Return the HTTP status of the realtime scene's /health, asked on its host (0 when nothing answers)."""
+    answer = lab_host(name).run(f"curl -s -o /dev/null -w '%{{http_code}}' --max-time {timeout} http://127.0.0.1:8000/health")
+    return int(answer.stdout.strip() or 0)

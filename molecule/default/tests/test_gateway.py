@@ -20,7 +20,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[2] / "shared"), str(Path(__
 from gateway_client import (BATCH_MODEL, CA_FILE, GATEWAY, GPU_HOSTS, LAB, MODEL, SCENARIO, SETTINGS, Load,  # noqa: E402
                             call, chat, client, key, secrets)
 from lab_certificates import self_signed_pair  # noqa: E402
-from playbooks import lab_host, run_playbook  # noqa: E402
+from playbooks import lab_host, run_playbook, scene_health  # noqa: E402
 from units import MAX_EXPOSURE, exposure  # noqa: E402
 
 testinfra_hosts = [f"ansible://{GATEWAY}"]
@@ -142,12 +142,6 @@ def test_rate_limit_is_per_key(host: testinfra.host.Host) -> None:
     assert call("/v1/models", key("lab-user"))[0] == 200
 
 
-def scene_health(name: str) -> int:
-    """Return the HTTP status of the realtime scene's /health, asked on its host."""
-    answer = lab_host(name).run("curl -s -o /dev/null -w '%{http_code}' --max-time 5 http://127.0.0.1:8000/health")
-    return int(answer.stdout.strip() or 0)
-
-
 def test_failover_loses_nothing_but_what_was_in_flight(host: testinfra.host.Host) -> None:
     """Under load, stopping one host's scene fails only requests in flight on it; it is back in rotation within 5 s
     of its /health turning 200."""
@@ -162,7 +156,7 @@ def test_failover_loses_nothing_but_what_was_in_flight(host: testinfra.host.Host
         time.sleep(5)
         victim.check_output("systemctl start --no-block vllm-scene-realtime")
         deadline = time.monotonic() + 600
-        while scene_health(FAILOVER_HOST) != 200 and time.monotonic() < deadline:
+        while scene_health(FAILOVER_HOST, timeout=5) != 200 and time.monotonic() < deadline:
             time.sleep(0.5)
         healthy_at = time.monotonic()
         while time.monotonic() < healthy_at + 10 and not any(

@@ -22,7 +22,7 @@ REPO = SCENARIO.parents[1]
 sys.path.insert(0, str(REPO / "molecule" / "shared"))
 
 from gateway_client import GPU_HOSTS, Load  # noqa: E402
-from playbooks import lab_host, run_playbook  # noqa: E402
+from playbooks import lab_host, run_playbook, scene_health  # noqa: E402
 
 testinfra_hosts = ["ansible://gpu_hosts"]  # mdef4, the gateway, has tests/test_gateway.py
 
@@ -89,11 +89,6 @@ def changed_hosts(output: str, task: str) -> set[str]:
     return hosts
 
 
-def health(name: str) -> str:
-    """Return the HTTP status of the realtime scene's /health, asked on the host."""
-    return lab_host(name).check_output("curl -s -o /dev/null -w '%{http_code}' --max-time 10 http://127.0.0.1:8000/health")
-
-
 def test_change_rejected_by_validation_restarts_nothing(host: testinfra.host.Host) -> None:
     """An unknown engine argument stops the rollout at the canary's validation, with vLLM's message; nothing restarts."""
     before, result, after = rollout("invalid")
@@ -121,7 +116,7 @@ def test_failure_at_start_up_restores_the_canary_and_spares_the_rest(host: testi
         assert after[name]["InvocationID"] != before[name]["InvocationID"]  # restarted with the change, then restored
         assert {key: after[name][key] for key in ("config", "fact", "ActiveState")} == {
             key: before[name][key] for key in ("config", "fact", "ActiveState")}
-        assert health(name) == "200"
+        assert scene_health(name) == 200
         assert new_hook_calls(before[name], after[name]) == ["drain", "undrain"]  # back in service once verified
     else:
         assert after[name] == before[name]  # the same process, files and fact: never touched
