@@ -15,9 +15,10 @@ from pathlib import Path
 
 import openai
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "tools"))
+sys.path[:0] = [str(Path(__file__).resolve().parents[3] / "tools"), str(Path(__file__).resolve().parents[2] / "shared")]
 
 from lab_vault import lab_secrets  # noqa: E402
+from playbooks import lab_host  # noqa: E402
 
 SCENARIO = Path(__file__).resolve().parents[1]
 REPO = SCENARIO.parents[1]
@@ -76,6 +77,13 @@ def client(user: str) -> tuple[openai.OpenAI, dict[str, object]]:
                          http_client=openai.DefaultHttpxClient(verify=settings["ca_file"])), settings
 
 
+def server_events(since: str) -> str:
+    """Return what the gateway logged about its servers' state (down, up, drained, none left) since a journalctl
+    time: why a load's requests failed."""
+    return lab_host(GATEWAY).run(f"journalctl -u vllm-gateway --since '{since}' -o short-precise --no-pager "
+                                 "-g 'is (DOWN|UP)|is going DOWN|DRAIN|no server available'").stdout[-4000:]
+
+
 class Load:
     """A steady load of short chat requests through the gateway, one every pace seconds after the last answer,
     recording each outcome as (start, end, status, backend)."""
@@ -83,6 +91,7 @@ class Load:
     def __init__(self, user: str = "lab-user", pace: float = PACE_S) -> None:
         """Prepare the load for one user's key; entering the context runs it."""
         self.token, self.pace, self.stop, self.results = key(user), pace, threading.Event(), []
+        self.since = ""  # the gateway's clock when the load started, for server_events
         self.thread = threading.Thread(target=self._run)
 
     def _run(self) -> None:
@@ -100,6 +109,7 @@ class Load:
 
     def __enter__(self) -> Load:
         """Start the load."""
+        self.since = lab_host(GATEWAY).check_output("date '+%Y-%m-%d %H:%M:%S'")
         self.thread.start()
         time.sleep(2)
         return self

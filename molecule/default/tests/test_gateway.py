@@ -18,7 +18,7 @@ import yaml
 sys.path[:0] = [str(Path(__file__).resolve().parents[2] / "shared"), str(Path(__file__).resolve().parents[3] / "tools")]
 
 from gateway_client import (BATCH_MODEL, CA_FILE, GATEWAY, GPU_HOSTS, LAB, MODEL, SCENARIO, SETTINGS, Load,  # noqa: E402
-                            call, chat, client, key, secrets)
+                            call, chat, client, key, secrets, server_events)
 from lab_certificates import self_signed_pair  # noqa: E402
 from playbooks import lab_host, run_playbook, scene_health  # noqa: E402
 from units import MAX_EXPOSURE, exposure  # noqa: E402
@@ -132,6 +132,14 @@ def test_the_gateway_and_every_ingress_unit_are_hardened(host: testinfra.host.Ho
     assert max(scores.values()) <= MAX_EXPOSURE, scores
 
 
+def test_health_checks_follow_the_settings(host: testinfra.host.Host) -> None:
+    """The lab's health-check timeout and failure count (inventory/lab/group_vars/gateways) reach every server."""
+    config = host.file(GATEWAY_CONFIG).content_string
+    assert "timeout check 15000ms" in config
+    servers = [line for line in config.splitlines() if line.strip().startswith("default-server")]
+    assert servers and all(" inter 1000 fall 3 rise 2 " in line for line in servers), servers
+
+
 def test_rate_limit_is_per_key(host: testinfra.host.Host) -> None:
     """A key limited to 5 requests a minute gets 429 with Retry-After on the 6th; another key is unaffected."""
     limited = key("limited")
@@ -163,7 +171,7 @@ def test_failover_loses_nothing_but_what_was_in_flight(host: testinfra.host.Host
                 r[0] > healthy_at and r[3] == f"{FAILOVER_HOST}:realtime" for r in load.results):
             time.sleep(0.2)
     back = [r[0] for r in load.results if r[0] > healthy_at and r[3] == f"{FAILOVER_HOST}:realtime"]
-    assert load.failures(unless_in_flight_at=stopped_at) == []
+    assert load.failures(unless_in_flight_at=stopped_at) == [], server_events(load.since)
     assert back and back[0] - healthy_at <= 5, f"first request to {FAILOVER_HOST} {back[:1]} after health {healthy_at}"
     assert {r[3] for r in load.results if r[0] < stopped_at} == every_scene
 
@@ -239,6 +247,6 @@ def test_revocation_under_load_drops_nothing(host: testinfra.host.Host, tmp_path
     assert status == 0, output[-3000:]
     assert "TASK [vllm_haproxy : Reload the instance on a changed config or file]" in output, output[-3000:]
     assert call("/v1/models", key("revoked"))[0] == 401
-    assert len(load.results) > 20 and load.failures() == []
+    assert len(load.results) > 20 and load.failures() == [], server_events(load.since)
     assert gateway_run()[0] == 0  # the scenario's own users again
     assert call("/v1/models", key("revoked"))[0] == 200
