@@ -140,6 +140,19 @@ def test_health_checks_follow_the_settings(host: testinfra.host.Host) -> None:
     assert servers and all(" inter 1000 fall 3 rise 2 " in line for line in servers), servers
 
 
+def test_requests_sharing_a_prefix_reach_the_same_scene(host: testinfra.host.Host) -> None:
+    """Prefix affinity: chats that begin with the same long non-ASCII text (sent as parts, with JSON's \\u escapes)
+    all reach one scene whatever follows; chats with other beginnings reach the other scenes too."""
+    def backend(prefix: str, n: int) -> str:
+        body = {"model": MODEL, "max_tokens": 1, "messages": [
+            {"role": "user", "content": [{"type": "text", "text": f"{prefix * 120} question {n}"}]}]}
+        status, headers, _ = call("/v1/chat/completions", key("lab-user"), body)
+        assert status == 200
+        return headers["x-vllm-fleet-backend"]
+    assert len({backend("系统提示 ", n) for n in range(6)}) == 1
+    assert len({backend(f"prompt {n} é ", n) for n in range(12)}) > 1
+
+
 def test_rate_limit_is_per_key(host: testinfra.host.Host) -> None:
     """A key limited to 5 requests a minute gets 429 with Retry-After on the 6th; another key is unaffected."""
     limited = key("limited")
