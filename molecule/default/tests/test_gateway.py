@@ -17,8 +17,8 @@ import yaml
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[2] / "shared"), str(Path(__file__).resolve().parents[3] / "tools")]
 
-from gateway_client import (BATCH_MODEL, CA_FILE, GATEWAY, GPU_HOSTS, LAB, MODEL, SCENARIO, SETTINGS, Load,  # noqa: E402
-                            call, chat, client, key, secrets, server_events)
+from gateway_client import (BATCH_MODEL, CA_FILE, GATEWAY, GPU_HOSTS, LAB, MODEL, REPO, SCENARIO, SETTINGS,  # noqa: E402
+                            Load, call, chat, client, key, secrets, server_events)
 from lab_certificates import self_signed_pair  # noqa: E402
 from playbooks import lab_host, run_playbook, scene_health  # noqa: E402
 from units import MAX_EXPOSURE, exposure  # noqa: E402
@@ -134,10 +134,14 @@ def test_the_gateway_and_every_ingress_unit_are_hardened(host: testinfra.host.Ho
 
 def test_health_checks_follow_the_settings(host: testinfra.host.Host) -> None:
     """The lab's health-check timeout and failure count (inventory/lab/group_vars/gateways) reach every server."""
+    lab = yaml.safe_load((REPO / "inventory/lab/group_vars/gateways/main.yml").read_text())
+    interval = yaml.safe_load((REPO / "roles/vllm_gateway/defaults/main.yml").read_text())[
+        "vllm_gateway_health_interval_ms"]
     config = host.file(GATEWAY_CONFIG).content_string
-    assert "timeout check 15000ms" in config
+    assert f"timeout check {lab['vllm_gateway_health_timeout_ms']}ms" in config
     servers = [line for line in config.splitlines() if line.strip().startswith("default-server")]
-    assert servers and all(" inter 1000 fall 3 rise 2 " in line for line in servers), servers
+    expected = f" inter {interval} fall {lab['vllm_gateway_health_failures']} rise 2 "
+    assert servers and all(expected in line for line in servers), servers
 
 
 def test_requests_sharing_a_prefix_reach_the_same_scene(host: testinfra.host.Host) -> None:

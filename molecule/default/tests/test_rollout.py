@@ -152,7 +152,7 @@ def test_no_rollout_drops_a_request_through_the_gateway(host: testinfra.host.Hos
     """Through each rollout, the rejected, the failed and restored, and the good one, a load through the gateway
     sees no failed request; during the good one every host's realtime served part of it."""
     loads = {change: rollout_under_load(change)[3] for change in ("invalid", "fails-at-start", "good")}
-    failed = {change: load.failures() for change, load in loads.items() if load.failures()}
+    failed = {change: failures for change, load in loads.items() if (failures := load.failures())}
     assert not failed, (failed, {change: server_events(loads[change].since) for change in failed})
     assert all(len(load.results) > 5 for load in loads.values()), {c: len(load.results) for c, load in loads.items()}
     figures = loads["good"].figures()
