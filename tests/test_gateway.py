@@ -73,22 +73,23 @@ def test_gateway_users_hold_digests_not_keys() -> None:
 
 
 SCENES = {
-    "gpu2": [{"name": "realtime", "served_model_name": "qwen"}],
+    "gpu2": [{"name": "realtime", "served_model_name": "qwen", "engine_args": {"max-num-seqs": 16}}],
     "gpu1": [{"name": "realtime", "served_model_name": "qwen"}, {"name": "batch", "served_model_name": "llama"}],
 }
 ENDPOINTS = {"gpu1": {"address": "10.0.0.1", "port": 9443}, "gpu2": {"address": "10.0.0.2", "port": 9443}}
 
 
 def test_routes_group_scenes_by_served_name_in_a_stable_order() -> None:
-    """Each served name gets one backend with every scene serving it, reached by its host's ingress."""
+    """Each served name gets one backend with every scene serving it, reached by its host's ingress, with the
+    requests it runs at once (0: vLLM's default, unknown to the gateway)."""
     routes = gateway.routes(SCENES, ENDPOINTS)
     assert [r["model"] for r in routes] == ["llama", "qwen"]
     assert [r["backend"] for r in routes] == ["model_0", "model_1"]
     assert routes[1]["servers"] == [
         {"host": "gpu1", "scene": "realtime", "server": "gpu1:realtime", "sni": "realtime.gpu1",
-         "address": "10.0.0.1", "port": 9443},
+         "address": "10.0.0.1", "port": 9443, "max_num_seqs": 0},
         {"host": "gpu2", "scene": "realtime", "server": "gpu2:realtime", "sni": "realtime.gpu2",
-         "address": "10.0.0.2", "port": 9443},
+         "address": "10.0.0.2", "port": 9443, "max_num_seqs": 16},
     ]
 
 

@@ -29,7 +29,8 @@ def test_host_servers_are_its_scenes_in_every_backend() -> None:
         ("model_0", "gpu1:realtime"), ("model_1", "gpu1:batch")]
     assert haproxy.host_servers(rows, "gpu") == []
     assert haproxy.commands(haproxy.host_servers(rows, "gpu1"), "drain") == [
-        "set server model_0/gpu1:realtime state drain", "set server model_1/gpu1:batch state drain"]
+        "set server model_0/gpu1:realtime state maint", "set server model_1/gpu1:batch state maint"]
+    assert haproxy.commands(haproxy.host_servers(rows, "gpu1"), "ready")[0] == "set server model_0/gpu1:realtime state ready"
 
 
 def test_states_and_requests_in_flight() -> None:
@@ -66,7 +67,7 @@ class FakeHAProxy:
                     connection.sendall(self.stat.encode())
                 else:
                     self.commands.append(command)
-                    self.stat = DRAINED if command.endswith("drain") else UP
+                    self.stat = DRAINED if command.endswith("maint") else UP
                     connection.sendall(b"\n")
 
 
@@ -86,7 +87,7 @@ def run_main(capsys: pytest.CaptureFixture[str], **args: Any) -> Dict[str, Any]:
 def test_drain_sends_one_command_per_server(fake: FakeHAProxy, capsys: pytest.CaptureFixture[str]) -> None:
     """Draining gpu1 drains each of its servers, reports a change and nothing in flight."""
     result = run_main(capsys, socket=str(fake.path), host="gpu1", state="drain", timeout=5)
-    assert fake.commands == ["set server model_0/gpu1:realtime state drain", "set server model_1/gpu1:batch state drain"]
+    assert fake.commands == ["set server model_0/gpu1:realtime state maint", "set server model_1/gpu1:batch state maint"]
     assert (result["changed"], result["servers"], result["in_flight"]) == (
         True, ["model_0/gpu1:realtime", "model_1/gpu1:batch"], 0)
 

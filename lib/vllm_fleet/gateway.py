@@ -115,7 +115,8 @@ def backend_problems(scenes_by_host: dict[str, Any], endpoints_by_host: dict[str
 
 
 def routes(scenes_by_host: dict[str, Any], endpoints_by_host: dict[str, Any]) -> list[dict[str, Any]]:
-    """Return, per served model name, its gateway backend and the scenes serving it (via their hosts' ingress)."""
+    """Return, per served model name, its gateway backend and the scenes serving it (via their hosts' ingress), each
+    with the requests it runs at once (max_num_seqs; 0 when vLLM's default applies)."""
     by_model: dict[str, list[dict[str, Any]]] = {}
     for host, scenes in sorted(scenes_by_host.items()):
         endpoint = endpoints_by_host.get(host) or {}
@@ -123,7 +124,8 @@ def routes(scenes_by_host: dict[str, Any], endpoints_by_host: dict[str, Any]) ->
             by_model.setdefault(scene["served_model_name"], []).append(
                 {"host": host, "scene": scene["name"], "server": server_name(host, scene["name"]),
                  "sni": scene_tls_name(host, scene["name"]),
-                 "address": endpoint.get("address", host), "port": int(endpoint.get("port", 0))})
+                 "address": endpoint.get("address", host), "port": int(endpoint.get("port", 0)),
+                 "max_num_seqs": int(scene.get("engine_args", {}).get("max-num-seqs") or 0)})
     return [{"model": model, "backend": f"model_{index}", "servers": servers}
             for index, (model, servers) in enumerate(sorted(by_model.items()))]
 

@@ -25,10 +25,13 @@ def host_servers(rows: List[Row], host: str) -> List[Row]:
 
 
 def commands(servers: List[Row], state: str) -> List[str]:
-    """Return the runtime API commands that put these servers in state drain or ready."""
+    """Return the runtime API commands that take these servers out of rotation (drain) or put them back (ready)."""
     if state not in STATES:
         raise ValueError(f"state must be one of {STATES}, not {state!r}")
-    return [f"set server {s['pxname']}/{s['svname']} state {state}" for s in servers]
+    # HAProxy's own DRAIN still sends a server the requests its prefix affinity (a stick table) holds for it; MAINT
+    # sends it nothing new, and the requests in flight there go on all the same.
+    runtime_state = "maint" if state == "drain" else state
+    return [f"set server {s['pxname']}/{s['svname']} state {runtime_state}" for s in servers]
 
 
 def needs_change(servers: List[Row], state: str) -> bool:
