@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""The fleet gateway on a lab of two GPU-role hosts and a gateway: its overhead against a scene reached directly, and
-prefix affinity against no affinity on a workload of shared long prefixes larger than one scene's KV cache.
+"""The fleet gateway on a lab of two GPU-role hosts and a gateway: its overhead against a scene reached directly,
+prefix affinity against round robin on a workload of shared long prefixes larger than one scene's KV cache, and
+rollouts of a change that restarts every scene while a steady load goes through the gateway.
 
-Every load is `vllm bench serve` from the first GPU host's own vLLM: directly to its scene on loopback, or through the
-gateway's TLS port with a user's key. Prints medians over --runs runs (and writes them with --json)."""
+The first two loads are `vllm bench serve` from the first GPU host's own vLLM: directly to its scene on loopback, or
+through the gateway's TLS port with a user's key. The rollouts' load is tools/gateway_load.py from the controller.
+Prints medians over --runs runs (and writes them with --json)."""
 
 from __future__ import annotations
 
@@ -18,24 +20,33 @@ from benchlib import REPO, BenchError, Lab, markdown_table, write_json
 
 sys.path.insert(0, str(REPO / "tools"))
 
+from gateway_load import Load  # noqa: E402
 from lab_vault import lab_secrets  # noqa: E402
 
 LAB = Lab("mgwb", 236)  # indexes 236..238: away from `make lab-up`, molecule and the other benchmarks
 HOST1, HOST2, GATEWAY = "mgwb1", "mgwb2", "mgwb3"
 MODEL, TOKENIZER = "tiny-qwen2", "/var/lib/vllm/models/tiny-qwen2-awq"
 VLLM = "/opt/vllm/current/bin/vllm"
-# Each scene's KV cache is capped so the affinity workload's prefixes (12 x ~1,100 tokens, ~13k) overflow one scene
-# (64 blocks of 128 tokens: 8,192) but fit the fleet's two (16,384).
-BENCH_VARS = {
-    "vllm_scenes_list": [{"name": "realtime", "api_key_var": "vault_lab_realtime_api_key",
-                          "engine_args": {"num_gpu_blocks_override": 64, "block_size": 128}}],
-}
+
+
+def scenes(**engine_args: int) -> dict[str, object]:
+    """Return the extra vars of the benchmark's scenes: the realtime scene alone, with these engine args.
+
+    Each scene's KV cache is capped (converge) so the affinity workload's prefixes (12 x 1,024 tokens, 8 blocks of
+    128 each) overflow one scene (64 blocks: 8,192 tokens) but fit the fleet's two (16,384)."""
+    return {"vllm_scenes_list": [{"name": "realtime", "api_key_var": "vault_lab_realtime_api_key",
+                                  "engine_args": engine_args}]}
+
 USER_KEY_VAR = "vault_lab_gateway_key_lab_user"
-OVERHEAD = ["--dataset-name=random", "--random-input-len=128", "--random-output-len=32", "--num-prompts=64",
+# 20 rounds at the realtime scene's concurrency: long enough that the first and last requests' ramp is not the figure.
+OVERHEAD = ["--dataset-name=random", "--random-input-len=128", "--random-output-len=32", "--num-prompts=320",
             "--max-concurrency=16", "--ignore-eos"]
 AFFINITY = ["--dataset-name=prefix_repetition", "--prefix-repetition-prefix-len=1024",
             "--prefix-repetition-suffix-len=64", "--prefix-repetition-num-prefixes=12",
             "--prefix-repetition-output-len=8", "--num-prompts=240", "--max-concurrency=8"]
+# The rollouts' light verification (molecule default's), and the pause between one load request's answer and the next.
+LIGHT_VERIFY = REPO / "molecule" / "default" / "rollout" / "verify.yml"
+ROLLOUT_PACE_S = 0.2
 
 
 def lab_key(name: str) -> str:
@@ -46,7 +57,7 @@ def lab_key(name: str) -> str:
 def converge(*extra: str) -> None:
     """Converge the lab (site.yml without its verification) with the benchmark's scenes."""
     vars_file = Path("/tmp/gateway-bench-vars.json")
-    vars_file.write_text(json.dumps(BENCH_VARS))
+    vars_file.write_text(json.dumps(scenes(num_gpu_blocks_override=64, block_size=128)))
     done = subprocess.run(LAB.playbook("site.yml", "all", "--skip-tags", "verify", "-e", f"@{vars_file}", *extra),
                           cwd=REPO, env=LAB.env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -86,6 +97,21 @@ def prefix_counters() -> tuple[float, float]:
     return queries, hits
 
 
+def rollout_under_load(run: int, user_key: str) -> dict[str, object]:
+    """Roll out a max_num_seqs change to both GPU hosts (canary, then the other) while the load runs through the
+    gateway; return the load's figures."""
+    change = Path("/tmp/gateway-bench-rollout.json")
+    change.write_text(json.dumps(scenes(num_gpu_blocks_override=64, block_size=128, max_num_seqs=12 + 2 * (run % 3))))
+    gateway = f"https://{LAB.address(3)}"
+    with Load(gateway, user_key, f"/var/lib/vllm-fleet-lab/pki/{LAB.name}/ca.crt", MODEL, ROLLOUT_PACE_S) as load:
+        done = subprocess.run(LAB.playbook("playbooks/rollout.yml", "gpu_hosts", "-e", f"@{LIGHT_VERIFY}", "-e",
+                                           f"@{change}"), cwd=REPO, env=LAB.env, capture_output=True, text=True,
+                              check=False)
+    if done.returncode != 0:
+        raise BenchError(f"rollout failed:\n{done.stdout[-3000:]}")
+    return load.figures()
+
+
 def set_server(state: str) -> None:
     """Put host 2's scene in `state` (maint or ready) at the gateway through its runtime API."""
     LAB.on_host(3, "python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); "
@@ -98,13 +124,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--keep", action="store_true", help="leave the lab up")
+    parser.add_argument("--reuse", action="store_true", help="use the lab a --keep run left up")
     parser.add_argument("--json", help="also write the timings to this file (relative to the repo)")
     args = parser.parse_args()
-    if problem := LAB.cannot_start("gateway_bench.py"):
-        print(problem, file=sys.stderr)
-        return 1
-    subprocess.run(LAB.tool("up", "--hosts", "2", "--gateways", "1", "--first-index", str(LAB.first_index)),
-                   check=True, capture_output=True)
+    if not (args.reuse and LAB.exists()):
+        if problem := LAB.cannot_start("gateway_bench.py"):
+            print(problem, file=sys.stderr)
+            return 1
+        subprocess.run(LAB.tool("up", "--hosts", "2", "--gateways", "1", "--first-index", str(LAB.first_index)),
+                       check=True, capture_output=True)
     try:
         converge()
         ca = Path(f"/var/lib/vllm-fleet-lab/pki/{LAB.name}/ca.crt").read_text()
@@ -132,6 +160,10 @@ def main() -> int:
                 rows.setdefault(f"{mode}: prefix-cache hit rate %", []).append(
                     100 * (after[1] - before[1]) / max(after[0] - before[0], 1))
                 rows.setdefault(f"{mode}: TTFT p50 ms", []).append(result["median_ttft_ms"])
+        for run in range(args.runs):
+            figures = rollout_under_load(run, user_key)
+            for name in ("requests", "failed", "p50_ms", "p99_ms", "seconds"):
+                rows.setdefault(f"rollout under load: {name.replace('_', ' ')}", []).append(float(figures[name]))
         if args.json:
             write_json(REPO / args.json, rows)
         print(markdown_table(rows, unit=""))

@@ -105,3 +105,21 @@ def test_ready_fails_when_a_scene_stays_down(tmp_path: Path, capsys: pytest.Capt
     assert result["failed"] is True
     assert "gpu2's scenes are not up at the gateway" in result["msg"] and "gpu2:realtime DOWN" in result["msg"]
     assert down.commands == ["set server model_0/gpu2:realtime state ready"]
+
+
+def test_maxconn_is_set_where_a_scene_runs_another_number() -> None:
+    """Ready sets each server's maxconn from its scene's max_num_seqs where show stat's slim differs; scenes without
+    a number, or already at it, get no command."""
+    servers = [{"pxname": "model_0", "svname": "gpu1:realtime", "slim": "16"},
+               {"pxname": "model_1", "svname": "gpu1:batch", "slim": ""},
+               {"pxname": "model_2", "svname": "gpu1:embed", "slim": ""}]
+    assert haproxy.maxconn_commands(servers, {"realtime": 16, "batch": 64}) == ["set maxconn server model_1/gpu1:batch 64"]
+    assert haproxy.maxconn_commands(servers, {}) == []
+
+
+def test_ready_sets_maxconn_before_the_state(fake: FakeHAProxy, capsys: pytest.CaptureFixture[str]) -> None:
+    """A host put back with its scenes' max_num_seqs gets them as maxconn, then its state."""
+    result = run_main(capsys, socket=str(fake.path), host="gpu1", state="ready", timeout=5, maxconn={"realtime": 24})
+    assert fake.commands == ["set maxconn server model_0/gpu1:realtime 24", "set server model_0/gpu1:realtime state ready",
+                             "set server model_1/gpu1:batch state ready"]
+    assert result["changed"] is True

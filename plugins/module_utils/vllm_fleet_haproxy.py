@@ -34,6 +34,14 @@ def commands(servers: List[Row], state: str) -> List[str]:
     return [f"set server {s['pxname']}/{s['svname']} state {runtime_state}" for s in servers]
 
 
+def maxconn_commands(servers: List[Row], maxconn: Dict[str, int]) -> List[str]:
+    """Return the runtime API commands that set each server's maxconn from its scene's entry in maxconn (by scene
+    name) where that differs from show stat's slim; scenes without an entry keep theirs."""
+    wanted = {s["svname"]: maxconn.get(s["svname"].split(":", 1)[1]) for s in servers}
+    return [f"set maxconn server {s['pxname']}/{s['svname']} {wanted[s['svname']]}" for s in servers
+            if wanted[s["svname"]] and str(wanted[s["svname"]]) != s.get("slim")]
+
+
 def needs_change(servers: List[Row], state: str) -> bool:
     """Tell whether any server is not yet in the asked state (drain shows as DRAIN, ready as neither DRAIN nor MAINT)."""
     drained = [("DRAIN" in s.get("status", "") or "MAINT" in s.get("status", "")) for s in servers]

@@ -35,6 +35,13 @@ options:
     description: Seconds to wait for requests in flight to end (drain) or the scenes to be up (ready).
     type: int
     default: 120
+  maxconn:
+    description:
+      - With O(state=ready), each scene's requests at once (its max_num_seqs) by scene name, beyond which the
+        gateway queues its requests and prefix affinity passes them on; set at runtime, as a rollout may have
+        changed it since the gateway's config was written. Scenes left out keep theirs.
+    type: dict
+    default: {}
 """
 
 RETURN = r"""
@@ -56,7 +63,7 @@ import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible.module_utils.vllm_fleet_haproxy import (  # noqa: E402
-    ask, commands, host_servers, in_flight, needs_change, parse_stat, serving,
+    ask, commands, host_servers, in_flight, maxconn_commands, needs_change, parse_stat, serving,
 )
 
 
@@ -65,7 +72,8 @@ def main() -> None:
     module = AnsibleModule(argument_spec={
         "socket": {"type": "path", "required": True}, "host": {"type": "str", "required": True},
         "state": {"type": "str", "choices": ["drain", "ready"], "required": True},
-        "timeout": {"type": "int", "default": 120}}, supports_check_mode=True)
+        "timeout": {"type": "int", "default": 120}, "maxconn": {"type": "dict", "default": {}}},
+        supports_check_mode=True)
     sock, state = module.params["socket"], module.params["state"]
 
     def servers() -> list:
@@ -74,10 +82,11 @@ def main() -> None:
 
     found = servers()
     names = [f"{s['pxname']}/{s['svname']}" for s in found]
-    changed = needs_change(found, state)
+    limits = maxconn_commands(found, module.params["maxconn"]) if state == "ready" else []
+    changed = needs_change(found, state) or bool(limits)
     if module.check_mode or not found:
         module.exit_json(changed=changed, servers=names, in_flight=in_flight(found), waited=0.0)
-    for command in commands(found, state):
+    for command in limits + commands(found, state):
         answer = ask(sock, command).strip()
         if answer:
             module.fail_json(msg=f"HAProxy refused `{command}`: {answer}", servers=names)

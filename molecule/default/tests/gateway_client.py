@@ -3,20 +3,19 @@ fleet CA, the OpenAI SDK from the generated settings, and a steady load that rec
 
 from __future__ import annotations
 
+import csv
 import functools
+import io
 import json
-import ssl
 import sys
-import threading
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import openai
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[3] / "tools"), str(Path(__file__).resolve().parents[2] / "shared")]
 
+import gateway_load  # noqa: E402
+from gateway_load import https_call  # noqa: E402
 from lab_vault import lab_secrets  # noqa: E402
 from playbooks import lab_host  # noqa: E402
 
@@ -52,16 +51,7 @@ def call(path: str, token: str | None = None, body: dict[str, object] | None = N
          url: str | None = None, timeout: float = 60) -> tuple[int, dict[str, str], str]:
     """Make one HTTPS request to the gateway (or url) trusting the fleet CA; return status, headers (names in lower
     case, as HAProxy sends them) and body."""
-    headers = {"Content-Type": "application/json"}
-    if token is not None:
-        headers["Authorization"] = f"Bearer {token}"
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request((url or gateway_url()) + path, data=data, headers=headers, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout, context=ssl.create_default_context(cafile=CA_FILE)) as r:
-            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, {k.lower(): v for k, v in error.headers.items()}, error.read().decode()
+    return https_call((url or gateway_url()) + path, token, body, CA_FILE, method, timeout)
 
 
 def chat(token: str, model: str = MODEL, prompt: str = "Hello", tokens: int = 4) -> tuple[int, dict[str, str], str]:
@@ -84,52 +74,24 @@ def server_events(since: str) -> str:
                                  "-g 'is (DOWN|UP)|is going DOWN|DRAIN|no server available'").stdout[-4000:]
 
 
-class Load:
-    """A steady load of short chat requests through the gateway, one every pace seconds after the last answer,
-    recording each outcome as (start, end, status, backend)."""
+def server_limits() -> dict[str, str]:
+    """Return each scene server's limit at the gateway (maxconn, "" for none) by its name, from `show stat`."""
+    read = ("import socket; s = socket.socket(socket.AF_UNIX); s.connect('/run/vllm-gateway/admin.sock'); "
+            "s.sendall(b'show stat\\n'); print(b''.join(iter(lambda: s.recv(65536), b'')).decode())")
+    rows = csv.DictReader(io.StringIO(lab_host(GATEWAY).check_output(f'python3 -c "{read}"').removeprefix("# ")))
+    return {row["svname"]: row["slim"] for row in rows if ":" in row["svname"]}
+
+
+class Load(gateway_load.Load):
+    """The lab gateway's steady load for one user's key, noting the gateway's clock when it starts (server_events)."""
 
     def __init__(self, user: str = "lab-user", pace: float = PACE_S) -> None:
         """Prepare the load for one user's key; entering the context runs it."""
-        self.token, self.pace, self.stop, self.results = key(user), pace, threading.Event(), []
-        self.since = ""  # the gateway's clock when the load started, for server_events
-        self.thread = threading.Thread(target=self._run)
-
-    def _run(self) -> None:
-        """Send requests until stopped, recording each."""
-        n = 0
-        while not self.stop.is_set():
-            n += 1
-            start = time.monotonic()
-            try:
-                status, headers, _ = chat(self.token, prompt=f"load request {n}", tokens=2)
-            except OSError:
-                status, headers = 0, {}
-            self.results.append((start, time.monotonic(), status, headers.get("x-vllm-fleet-backend", "")))
-            time.sleep(self.pace)
+        super().__init__(gateway_url(), key(user), CA_FILE, MODEL, pace)
+        self.since = ""
 
     def __enter__(self) -> Load:
-        """Start the load."""
+        """Note the gateway's clock, then start the load."""
         self.since = lab_host(GATEWAY).check_output("date '+%Y-%m-%d %H:%M:%S'")
-        self.thread.start()
-        time.sleep(2)
+        super().__enter__()
         return self
-
-    def __exit__(self, *_: object) -> None:
-        """Stop the load and wait for the request in flight."""
-        self.stop.set()
-        self.thread.join(120)
-
-    def failures(self, unless_in_flight_at: float | None = None) -> list[tuple[float, float, int, str]]:
-        """Return the failed requests, leaving out those in flight at a given moment."""
-        return [r for r in self.results if r[2] != 200
-                and not (unless_in_flight_at is not None and r[0] <= unless_in_flight_at <= r[1])]
-
-    def figures(self) -> dict[str, object]:
-        """Return the load's count, failures, latency p50/p99 and requests per backend."""
-        latencies = sorted(end - start for start, end, _, _ in self.results) or [0.0]
-        backends = sorted({r[3] for r in self.results})
-        return {"requests": len(self.results), "failed": len(self.failures()),
-                "seconds": round(self.results[-1][1] - self.results[0][0]) if self.results else 0,
-                "p50_ms": round(latencies[len(latencies) // 2] * 1000),
-                "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000),
-                "by_backend": {b: sum(1 for r in self.results if r[3] == b) for b in backends}}

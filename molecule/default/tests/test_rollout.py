@@ -21,7 +21,7 @@ SCENARIO = Path(__file__).resolve().parents[1]
 REPO = SCENARIO.parents[1]
 sys.path.insert(0, str(REPO / "molecule" / "shared"))
 
-from gateway_client import GPU_HOSTS, Load, server_events  # noqa: E402
+from gateway_client import GPU_HOSTS, Load, server_events, server_limits  # noqa: E402
 from playbooks import lab_host, run_playbook, scene_health  # noqa: E402
 
 testinfra_hosts = ["ansible://gpu_hosts"]  # mdef4, the gateway, has tests/test_gateway.py
@@ -134,6 +134,7 @@ def test_good_change_reaches_every_host_canary_first(host: testinfra.host.Host) 
     assert fact["scenes"]["realtime"]["definition"]["engine_args"]["max-num-seqs"] == 8
     assert fact["deployed_at"] != json.loads(before[name]["fact"])["deployed_at"]
     assert new_hook_calls(before[name], after[name]) == ["drain", "undrain"]
+    assert server_limits()[f"{name}:realtime"] == "8"  # prefix affinity's overload limit at the gateway follows it
     deployed = {other: json.loads(state["fact"])["deployed_at"] for other, state in after.items()}
     assert all(deployed[CANARY] < deployed[other] for other in HOSTS[1:]), deployed
 

@@ -1,0 +1,80 @@
+"""The gateway load (tools/gateway_load.py) against a loopback HTTPS server: every answer recorded, failures found."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import ssl
+import threading
+import time
+import urllib.error
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gateway_load import Load, https_call
+from lab_certificates import self_signed_pair
+
+
+class Scene(http.server.BaseHTTPRequestHandler):
+    """Answers chats as scene a, with 503 for every third request, and records the bodies it gets."""
+
+    bodies: list[dict[str, object]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (the name http.server calls)
+        """Answer one chat request."""
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        assert self.headers["Authorization"] == "Bearer user-key"
+        Scene.bodies.append(body)
+        status = 503 if len(Scene.bodies) % 3 == 0 else 200
+        self.send_response(status)
+        self.send_header("X-Vllm-Fleet-Backend", "gpu1:realtime")
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *_: object) -> None:
+        """Keep the test's output quiet."""
+
+
+@pytest.fixture()
+def gateway(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """Serve Scene over TLS on a loopback port; yield its base URL and the CA file that trusts it."""
+    cert, key = self_signed_pair("localhost", 1)
+    (tmp_path / "cert.pem").write_text(cert + key)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "cert.pem")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Scene)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    Scene.bodies = []
+    (tmp_path / "ca.pem").write_text(cert)
+    yield f"https://localhost:{server.server_address[1]}", str(tmp_path / "ca.pem")
+    server.shutdown()
+
+
+def test_load_records_every_answer_and_its_failures(gateway: tuple[str, str]) -> None:
+    """Each request is a distinct chat of the model; 503s are failures, except those in flight at a given moment."""
+    url, ca_file = gateway
+    with Load(url, "user-key", ca_file, "tiny", pace=0.01) as load:
+        time.sleep(0.5)
+    assert len(load.results) == len(Scene.bodies) >= 6
+    assert {b["model"] for b in Scene.bodies} == {"tiny"}
+    assert len({json.dumps(b) for b in Scene.bodies}) == len(Scene.bodies)
+    failed = load.failures()
+    assert [r[2] for r in failed] == [503] * (len(Scene.bodies) // 3)
+    assert load.failures(unless_in_flight_at=failed[0][0]) == failed[1:]
+    figures = load.figures()
+    assert (figures["requests"], figures["failed"]) == (len(load.results), len(failed))
+    assert figures["by_backend"] == {"gpu1:realtime": len(load.results)}
+    assert 0 <= figures["p50_ms"] <= figures["p99_ms"]
+
+
+def test_https_call_refuses_a_server_its_ca_does_not_sign(gateway: tuple[str, str], tmp_path: Path) -> None:
+    """The client trusts only the CA file it is given."""
+    url, _ = gateway
+    other, _ = self_signed_pair("localhost", 1)
+    (tmp_path / "other.pem").write_text(other)
+    with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
+        https_call(url + "/v1/chat/completions", "user-key", {}, str(tmp_path / "other.pem"))

@@ -1,0 +1,80 @@
+"""A steady load of short chat completions through a fleet gateway that records every answer: the load of the gateway's
+molecule tests (failover, revocation, rollouts) and of its benchmark (a rollout under load)."""
+
+from __future__ import annotations
+
+import json
+import ssl
+import statistics
+import threading
+import time
+import urllib.error
+import urllib.request
+
+Answer = tuple[int, dict[str, str], str]
+Outcome = tuple[float, float, int, str]  # start, end (time.monotonic), HTTP status (0: no answer), backend
+
+
+def https_call(url: str, token: str | None, body: dict[str, object] | None, ca_file: str, method: str | None = None,
+               timeout: float = 60) -> Answer:
+    """Make one HTTPS request trusting ca_file; return status, headers (names in lower case) and body."""
+    headers = {"Content-Type": "application/json"}
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout, context=ssl.create_default_context(cafile=ca_file)) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, {k.lower(): v for k, v in error.headers.items()}, error.read().decode()
+
+
+class Load:
+    """Short chat requests to a gateway (base URL without /v1), one every pace seconds after the last answer."""
+
+    def __init__(self, base_url: str, token: str, ca_file: str, model: str, pace: float) -> None:
+        """Prepare the load; entering the context runs it."""
+        self.base_url, self.token, self.ca_file, self.model, self.pace = base_url, token, ca_file, model, pace
+        self.stop, self.results = threading.Event(), list[Outcome]()
+        self.thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        """Send requests until stopped, recording each."""
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            start = time.monotonic()
+            body = {"model": self.model, "max_tokens": 2, "messages": [{"role": "user", "content": f"load request {n}"}]}
+            try:
+                status, headers, _ = https_call(self.base_url + "/v1/chat/completions", self.token, body, self.ca_file)
+            except OSError:
+                status, headers = 0, {}
+            self.results.append((start, time.monotonic(), status, headers.get("x-vllm-fleet-backend", "")))
+            time.sleep(self.pace)
+
+    def __enter__(self) -> Load:
+        """Start the load."""
+        self.thread.start()
+        time.sleep(2)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        """Stop the load and wait for the request in flight."""
+        self.stop.set()
+        self.thread.join(120)
+
+    def failures(self, unless_in_flight_at: float | None = None) -> list[Outcome]:
+        """Return the failed requests, leaving out those in flight at a given moment."""
+        return [r for r in self.results if r[2] != 200
+                and not (unless_in_flight_at is not None and r[0] <= unless_in_flight_at <= r[1])]
+
+    def figures(self) -> dict[str, object]:
+        """Return the load's count, failures, latency p50/p99 and requests per backend."""
+        latencies = sorted(end - start for start, end, _, _ in self.results) or [0.0]
+        backends = sorted({r[3] for r in self.results})
+        return {"requests": len(self.results), "failed": len(self.failures()),
+                "seconds": round(self.results[-1][1] - self.results[0][0]) if self.results else 0,
+                "p50_ms": round(statistics.median(latencies) * 1000),
+                "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1000),
+                "by_backend": {b: sum(1 for r in self.results if r[3] == b) for b in backends}}
