@@ -29,13 +29,16 @@ MODEL, TOKENIZER = "tiny-qwen2", "/var/lib/vllm/models/tiny-qwen2-awq"
 VLLM = "/opt/vllm/current/bin/vllm"
 
 
-def scenes(**engine_args: int) -> dict[str, object]:
-    """Return the extra vars of the benchmark's scenes: the realtime scene alone, with these engine args.
+def bench_vars(**engine_args: int) -> dict[str, object]:
+    """Return the benchmark's extra vars: the realtime scene alone, with these engine args, and the lab's user with
+    limits the loads stay under (the lab's 600 a minute would refuse the second overhead run's requests).
 
     Each scene's KV cache is capped (converge) so the affinity workload's prefixes (12 x 1,024 tokens, 8 blocks of
     128 each) overflow one scene (64 blocks: 8,192 tokens) but fit the fleet's two (16,384)."""
     return {"vllm_scenes_list": [{"name": "realtime", "api_key_var": "vault_lab_realtime_api_key",
-                                  "engine_args": engine_args}]}
+                                  "engine_args": engine_args}],
+            "vllm_gateway_users": [{"name": "lab-user", "key_var": USER_KEY_VAR, "models": [MODEL],
+                                    "requests_per_minute": 100000, "max_concurrent": 64}]}
 
 USER_KEY_VAR = "vault_lab_gateway_key_lab_user"
 # 20 rounds at the realtime scene's concurrency: long enough that the first and last requests' ramp is not the figure.
@@ -57,7 +60,7 @@ def lab_key(name: str) -> str:
 def converge(*extra: str) -> None:
     """Converge the lab (site.yml without its verification) with the benchmark's scenes."""
     vars_file = Path("/tmp/gateway-bench-vars.json")
-    vars_file.write_text(json.dumps(scenes(num_gpu_blocks_override=64, block_size=128)))
+    vars_file.write_text(json.dumps(bench_vars(num_gpu_blocks_override=64, block_size=128)))
     done = subprocess.run(LAB.playbook("site.yml", "all", "--skip-tags", "verify", "-e", f"@{vars_file}", *extra),
                           cwd=REPO, env=LAB.env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -101,7 +104,7 @@ def rollout_under_load(run: int, user_key: str) -> dict[str, object]:
     """Roll out a max_num_seqs change to both GPU hosts (canary, then the other) while the load runs through the
     gateway; return the load's figures."""
     change = Path("/tmp/gateway-bench-rollout.json")
-    change.write_text(json.dumps(scenes(num_gpu_blocks_override=64, block_size=128, max_num_seqs=12 + 2 * (run % 3))))
+    change.write_text(json.dumps(bench_vars(num_gpu_blocks_override=64, block_size=128, max_num_seqs=12 + 2 * (run % 3))))
     gateway = f"https://{LAB.address(3)}"
     with Load(gateway, user_key, f"/var/lib/vllm-fleet-lab/pki/{LAB.name}/ca.crt", MODEL, ROLLOUT_PACE_S) as load:
         done = subprocess.run(LAB.playbook("playbooks/rollout.yml", "gpu_hosts", "-e", f"@{LIGHT_VERIFY}", "-e",
