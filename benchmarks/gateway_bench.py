@@ -27,14 +27,15 @@ LAB = Lab("mgwb", 236)  # indexes 236..238: away from `make lab-up`, molecule an
 HOST1, HOST2, GATEWAY = "mgwb1", "mgwb2", "mgwb3"
 MODEL, TOKENIZER = "tiny-qwen2", "/var/lib/vllm/models/tiny-qwen2-awq"
 VLLM = "/opt/vllm/current/bin/vllm"
+GATEWAY_URL, CA_FILE = f"https://{LAB.address(3)}", f"/var/lib/vllm-fleet-lab/pki/{LAB.name}/ca.crt"
+# Each scene's KV cache is capped so the affinity workload's prefixes (12 x 1,024 tokens, 8 blocks of 128 each)
+# overflow one scene (64 blocks: 8,192 tokens) but fit the fleet's two (16,384).
+KV_CAP = {"num_gpu_blocks_override": 64, "block_size": 128}
 
 
 def bench_vars(**engine_args: int) -> dict[str, object]:
     """Return the benchmark's extra vars: the realtime scene alone, with these engine args, and the lab's user with
-    limits the loads stay under (the lab's 600 a minute would refuse the second overhead run's requests).
-
-    Each scene's KV cache is capped (converge) so the affinity workload's prefixes (12 x 1,024 tokens, 8 blocks of
-    128 each) overflow one scene (64 blocks: 8,192 tokens) but fit the fleet's two (16,384)."""
+    limits the loads stay under (the lab's 600 a minute would refuse the second overhead run's requests)."""
     return {"vllm_scenes_list": [{"name": "realtime", "api_key_var": "vault_lab_realtime_api_key",
                                   "engine_args": engine_args}],
             "vllm_gateway_users": [{"name": "lab-user", "key_var": USER_KEY_VAR, "models": [MODEL],
@@ -60,7 +61,7 @@ def lab_key(name: str) -> str:
 def converge(*extra: str) -> None:
     """Converge the lab (site.yml without its verification) with the benchmark's scenes."""
     vars_file = Path("/tmp/gateway-bench-vars.json")
-    vars_file.write_text(json.dumps(bench_vars(num_gpu_blocks_override=64, block_size=128)))
+    vars_file.write_text(json.dumps(bench_vars(**KV_CAP)))
     done = subprocess.run(LAB.playbook("site.yml", "all", "--skip-tags", "verify", "-e", f"@{vars_file}", *extra),
                           cwd=REPO, env=LAB.env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -104,9 +105,8 @@ def rollout_under_load(run: int, user_key: str) -> dict[str, object]:
     """Roll out a max_num_seqs change to both GPU hosts (canary, then the other) while the load runs through the
     gateway; return the load's figures."""
     change = Path("/tmp/gateway-bench-rollout.json")
-    change.write_text(json.dumps(bench_vars(num_gpu_blocks_override=64, block_size=128, max_num_seqs=12 + 2 * (run % 3))))
-    gateway = f"https://{LAB.address(3)}"
-    with Load(gateway, user_key, f"/var/lib/vllm-fleet-lab/pki/{LAB.name}/ca.crt", MODEL, ROLLOUT_PACE_S) as load:
+    change.write_text(json.dumps(bench_vars(**KV_CAP, max_num_seqs=12 + 2 * (run % 3))))
+    with Load(GATEWAY_URL, user_key, CA_FILE, MODEL, ROLLOUT_PACE_S) as load:
         done = subprocess.run(LAB.playbook("playbooks/rollout.yml", "gpu_hosts", "-e", f"@{LIGHT_VERIFY}", "-e",
                                            f"@{change}"), cwd=REPO, env=LAB.env, capture_output=True, text=True,
                               check=False)
@@ -138,18 +138,17 @@ def main() -> int:
                        check=True, capture_output=True)
     try:
         converge()
-        ca = Path(f"/var/lib/vllm-fleet-lab/pki/{LAB.name}/ca.crt").read_text()
+        ca = Path(CA_FILE).read_text()
         user_key = lab_key(USER_KEY_VAR)
         subprocess.run(LAB.on_host_argv(1, f"umask 077; cat > /root/bench-ca.pem; printf 'KEY=%s\\n' '{user_key}' "
                                            "> /root/bench-user.env"), input=ca, text=True, check=True)
         LAB.on_host(1, "umask 077; . /etc/vllm/scenes/realtime.env; printf 'KEY=%s\\n' \"$VLLM_API_KEY\" "
                        "> /root/bench-scene.env")
-        gateway = f"https://{LAB.address(3)}"
         rows: dict[str, list[float]] = {}
         set_server("maint")  # overhead: the gateway's only scene is host 1's, the one the direct runs reach
         for run in range(args.runs):
             for name, url, key in (("direct", "http://127.0.0.1:8000", "/root/bench-scene.env"),
-                                   ("gateway", gateway, "/root/bench-user.env")):
+                                   ("gateway", GATEWAY_URL, "/root/bench-user.env")):
                 result = bench(url, key, OVERHEAD, seed=run)
                 rows.setdefault(f"{name}: TTFT p50 ms", []).append(result["median_ttft_ms"])
                 rows.setdefault(f"{name}: output tok/s", []).append(result["output_throughput"])
@@ -158,7 +157,7 @@ def main() -> int:
             gateway_only(*extra)
             for run in range(args.runs):
                 before = prefix_counters()
-                result = bench(gateway, "/root/bench-user.env", AFFINITY, seed=100 + run + (50 if extra else 0))
+                result = bench(GATEWAY_URL, "/root/bench-user.env", AFFINITY, seed=100 + run + (50 if extra else 0))
                 after = prefix_counters()
                 rows.setdefault(f"{mode}: prefix-cache hit rate %", []).append(
                     100 * (after[1] - before[1]) / max(after[0] - before[0], 1))

@@ -93,6 +93,12 @@ def test_routes_group_scenes_by_served_name_in_a_stable_order() -> None:
     ]
 
 
+def test_scene_limits_are_each_scenes_max_num_seqs() -> None:
+    """A scene's limit is its max_num_seqs; a scene without one (vLLM's default) has 0, which sets no limit."""
+    assert gateway.scene_limits(SCENES["gpu1"]) == {"realtime": 0, "batch": 0}
+    assert gateway.scene_limits(SCENES["gpu2"]) == {"realtime": 16}
+
+
 def test_backend_problems() -> None:
     """Hosts whose scenes or ingress are unknown, without an ingress, or serving unroutable names are named."""
     assert gateway.backend_problems(SCENES, ENDPOINTS) == []

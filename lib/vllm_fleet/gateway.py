@@ -119,15 +119,20 @@ def routes(scenes_by_host: dict[str, Any], endpoints_by_host: dict[str, Any]) ->
     with the requests it runs at once (max_num_seqs; 0 when vLLM's default applies)."""
     by_model: dict[str, list[dict[str, Any]]] = {}
     for host, scenes in sorted(scenes_by_host.items()):
-        endpoint = endpoints_by_host.get(host) or {}
+        endpoint, limits = endpoints_by_host.get(host) or {}, scene_limits(scenes or [])
         for scene in sorted(scenes or [], key=lambda s: s["name"]):
             by_model.setdefault(scene["served_model_name"], []).append(
                 {"host": host, "scene": scene["name"], "server": server_name(host, scene["name"]),
                  "sni": scene_tls_name(host, scene["name"]),
                  "address": endpoint.get("address", host), "port": int(endpoint.get("port", 0)),
-                 "max_num_seqs": int(scene.get("engine_args", {}).get("max-num-seqs") or 0)})
+                 "max_num_seqs": limits[scene["name"]]})
     return [{"model": model, "backend": f"model_{index}", "servers": servers}
             for index, (model, servers) in enumerate(sorted(by_model.items()))]
+
+
+def scene_limits(scenes: list[dict[str, Any]]) -> dict[str, int]:
+    """Return each resolved scene's requests at once (its max_num_seqs; 0 when vLLM's default applies) by name."""
+    return {scene["name"]: int(scene.get("engine_args", {}).get("max-num-seqs") or 0) for scene in scenes}
 
 
 def scene_tls_name(host: str, scene: str) -> str:

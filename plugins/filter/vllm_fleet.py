@@ -96,6 +96,7 @@ class FilterModule:
             "vllm_fleet_gateway_user_keys": gateway.user_keys,
             "vllm_fleet_gateway_backend_problems": gateway.backend_problems,
             "vllm_fleet_gateway_routes": gateway.routes,
+            "vllm_fleet_gateway_scene_limits": gateway.scene_limits,
             "vllm_fleet_gateway_scene_tls_name": gateway.scene_tls_name,
             "vllm_fleet_gateway_scene_tls_names": gateway.scene_tls_names,
             "vllm_fleet_gateway_models_document": gateway.models_document,

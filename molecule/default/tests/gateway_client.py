@@ -3,21 +3,21 @@ fleet CA, the OpenAI SDK from the generated settings, and a steady load that rec
 
 from __future__ import annotations
 
-import csv
 import functools
-import io
 import json
 import sys
 from pathlib import Path
 
 import openai
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[3] / "tools"), str(Path(__file__).resolve().parents[2] / "shared")]
+sys.path[:0] = [str(Path(__file__).resolve().parents[3] / "tools"), str(Path(__file__).resolve().parents[2] / "shared"),
+                str(Path(__file__).resolve().parents[3] / "plugins" / "module_utils")]
 
 import gateway_load  # noqa: E402
 from gateway_load import https_call  # noqa: E402
 from lab_vault import lab_secrets  # noqa: E402
 from playbooks import lab_host  # noqa: E402
+from vllm_fleet_haproxy import parse_stat  # noqa: E402
 
 SCENARIO = Path(__file__).resolve().parents[1]
 REPO = SCENARIO.parents[1]
@@ -78,7 +78,7 @@ def server_limits() -> dict[str, str]:
     """Return each scene server's limit at the gateway (maxconn, "" for none) by its name, from `show stat`."""
     read = ("import socket; s = socket.socket(socket.AF_UNIX); s.connect('/run/vllm-gateway/admin.sock'); "
             "s.sendall(b'show stat\\n'); print(b''.join(iter(lambda: s.recv(65536), b'')).decode())")
-    rows = csv.DictReader(io.StringIO(lab_host(GATEWAY).check_output(f'python3 -c "{read}"').removeprefix("# ")))
+    rows = parse_stat(lab_host(GATEWAY).check_output(f'python3 -c "{read}"'))
     return {row["svname"]: row["slim"] for row in rows if ":" in row["svname"]}
 
 
