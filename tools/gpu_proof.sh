@@ -10,6 +10,11 @@
 #                             site.yml seeds from the bundle; host B's first start, timed against A's; with
 #                             GPU_PROOF_EXTRAS=1 also a warm restart and host B's cache without flashinfer
 #                             (GPU_PROOF_DEADLINE: seconds into the step after which it stops waiting, 575)
+#   gateway-pack GPU GW       ON THE CONTROLLER, with `make lab` up: the kit's HAProxy configs as the lab rendered them
+#                             (GPU: the lab GPU host's address, GW: the gateway's), moved to this one host's loopback,
+#                             into .gpu-gateway/, and the controller's haproxy binary and its libraries into .gpu-tools/
+#   gateway                   after converge: the gateway and the ingress (those configs) in front of realtime; vllm
+#                             bench serve directly and through the gateway's TLS port, alternately, GATEWAY_RUNS times
 # Each step leaves its logs and reports in $OUT/<step>.tar.gz and prints a short summary.
 set -uo pipefail
 
@@ -129,7 +134,81 @@ pack() {  # pack STEP: everything so far into $OUT/STEP.tar.gz, and the summary 
   tar -czf "$OUT/$1.tar.gz" -C "$STATE" --exclude='*.started' .
 }
 
+# The gateway's overhead (gateway-pack, gateway).
+LAB_KEYS=/var/lib/vllm-fleet-lab/labs/lab
+lab_file() {  # lab_file ADDRESS PATH: a file of a lab host, as root over SSH
+  ssh -i "$LAB_KEYS/id_ed25519" -o UserKnownHostsFile="$LAB_KEYS/known_hosts" -o StrictHostKeyChecking=yes "root@$1" cat "$2"
+}
+GATEWAY_LOAD=(--backend=openai-chat --endpoint=/v1/chat/completions --dataset-name=random --random-input-len=512
+  --random-output-len=128 --num-prompts=480 --max-concurrency=16 --ignore-eos --request-rate=inf
+  --percentile-metrics=ttft,tpot,e2el --metric-percentiles=50,99)
+
+bench_gateway() {  # bench_gateway NAME URL KEY SEED: vllm bench serve against URL, its JSON into $STATE/bench-NAME.json
+  OPENAI_API_KEY=$3 SSL_CERT_FILE=$PWD/.gpu-gateway/client-ca.pem HF_HUB_OFFLINE=1 /opt/vllm/current/bin/vllm bench serve \
+    "${GATEWAY_LOAD[@]}" --base-url="$2" --model=qwen2.5-7b-random --tokenizer="$MODEL" --seed="$4" --save-result \
+    --result-dir="$STATE" --result-filename="bench-$1.json" >"$STATE/bench-$1.log" 2>&1
+}
+
 case ${1:-} in
+  gateway-pack)
+    rm -rf .gpu-gateway .gpu-tools/haproxy && mkdir -p .gpu-gateway .gpu-tools/haproxy/lib
+    cp /usr/sbin/haproxy .gpu-tools/haproxy/
+    # Every library but the C runtime's, which the GPU host's newer glibc and libstdc++ provide.
+    ldd /usr/sbin/haproxy | awk '$3 ~ /^\// { print $3 }' | grep -v -e '/libc\.so' -e '/libm\.so' -e '/libstdc++' -e '/libgcc_s' \
+      | xargs -I{} cp -L {} .gpu-tools/haproxy/lib/
+    for file in haproxy.cfg server.pem fleet-ca.pem; do lab_file "$2" "/etc/vllm-ingress/$file" >".gpu-gateway/ingress-$file"; done
+    for file in haproxy.cfg tls.pem fleet-ca.pem client.pem; do lab_file "$3" "/etc/vllm-gateway/$file" >".gpu-gateway/gateway-$file"; done
+    cp /var/lib/vllm-fleet-lab/pki/lab/ca.crt .gpu-gateway/client-ca.pem
+    .venv/bin/python -c 'import sys; from pathlib import Path; sys.path.insert(0, "tools"); from lab_vault import lab_secrets
+print(lab_secrets(Path("inventory/lab/group_vars/gateways/vault.yml"))["vault_lab_gateway_key_lab_user"])' >.gpu-gateway/user.key
+    # One GPU host on loopback: its ingress at 127.0.0.2, the gateway at 127.0.0.3, the proof's model and realtime's
+    # max_num_seqs (16 in the cuda preset); the other lab hosts' servers and batch go.
+    sed -i -e "s/$2/127.0.0.2/g" -e "s/$3/127.0.0.3/g" -e 's#/etc/vllm-ingress/#@DIR@/ingress-#g' \
+      -e 's#/etc/vllm-gateway/#@DIR@/gateway-#g' -e 's#/run/vllm-\(ingress\|gateway\)/#@RUN@/\1-#g' \
+      -e 's/tiny-qwen2/qwen2.5-7b-random/g' -e 's/maxconn [0-9]*/maxconn 16/' .gpu-gateway/*haproxy.cfg
+    sed -i -e '/^ *server /{/127\.0\.0\.2:.*realtime/!d}' .gpu-gateway/gateway-haproxy.cfg
+    grep -n "bind\|server \|nbthread\|maxconn" .gpu-gateway/*haproxy.cfg
+    ;;
+  gateway)
+    wait_healthy realtime 8000 cold && engine_lines realtime
+    run_dir=$STATE/haproxy && mkdir -p "$run_dir" && cp .gpu-gateway/* "$run_dir/" && chmod 600 "$run_dir"/*
+    sed -i -e "s#@DIR@#$run_dir#g" -e "s#@RUN@#$run_dir#g" "$run_dir"/*haproxy.cfg
+    scene_key=$(sed -n 's/^VLLM_API_KEY=//p' /etc/vllm/scenes/realtime.env)
+    user_key=$(cat "$run_dir/user.key")
+    # The gateway's certificate names the lab gateway: the client reaches it by that name, here on loopback.
+    gateway_name=$(openssl x509 -noout -ext subjectAltName -in "$run_dir/gateway-tls.pem" | grep -o 'DNS:[^,]*' | head -1 | cut -c5-)
+    grep -q " $gateway_name\$" /etc/hosts || echo "127.0.0.3 $gateway_name" >>/etc/hosts
+    export LD_LIBRARY_PATH=$PWD/.gpu-tools/haproxy/lib
+    for part in ingress gateway; do
+      .gpu-tools/haproxy/haproxy -c -f "$run_dir/$part-haproxy.cfg" >>"$STATE/haproxy-check.log" 2>&1 || { cat "$STATE/haproxy-check.log"; exit 1; }
+      SCENE_KEY_REALTIME=$scene_key .gpu-tools/haproxy/haproxy -f "$run_dir/$part-haproxy.cfg" >"$STATE/haproxy-$part.log" 2>&1 &
+      echo $! >"$STATE/haproxy-$part.pid"
+    done
+    unset LD_LIBRARY_PATH
+    sleep 3
+    for key in "$user_key" wrong-key-0123456789abcdef0123456789ab; do
+      echo "GET /v1/models through the gateway: $(curl -s -o /dev/null -w '%{http_code}' --cacert "$run_dir/client-ca.pem" \
+        -H "Authorization: Bearer $key" "https://$gateway_name/v1/models")" | tee -a "$STATE/summary.txt"
+    done
+    for run in $(seq 1 "${GATEWAY_RUNS:-5}"); do
+      bench_gateway "direct-$run" http://127.0.0.1:8000 "$scene_key" "$run" || echo "direct run $run failed" | tee -a "$STATE/summary.txt"
+      bench_gateway "gateway-$run" "https://$gateway_name" "$user_key" "$run" || echo "gateway run $run failed" | tee -a "$STATE/summary.txt"
+      (( SECONDS < ${GPU_PROOF_DEADLINE:-540} )) || break
+    done
+    python3 - "$STATE" <<'PY' | tee -a "$STATE/summary.txt"
+import json, statistics, sys
+from pathlib import Path
+runs = {path.stem.removeprefix("bench-"): json.loads(path.read_text()) for path in sorted(Path(sys.argv[1]).glob("bench-*-*.json"))}
+for path in ("direct", "gateway"):
+    mine = [result for name, result in runs.items() if name.startswith(path + "-")]
+    for metric in ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "output_throughput", "completed"):
+        values = [result[metric] for result in mine]
+        print(f"{path} {metric}: median {statistics.median(values):.2f} of {[round(v, 2) for v in values]}")
+PY
+    for part in gateway ingress; do kill "$(cat "$STATE/haproxy-$part.pid")" 2>/dev/null; done
+    cp "$run_dir"/*haproxy.cfg "$STATE/" && rm -rf "$run_dir"
+    pack gateway
+    ;;
   receive)
     mkdir -p "$WHEELS.parts" && cp -r "$2" "$WHEELS.parts/" && du -sh "$WHEELS.parts"
     ;;
