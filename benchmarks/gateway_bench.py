@@ -20,7 +20,7 @@ from benchlib import REPO, BenchError, Lab, markdown_table, write_json
 
 sys.path.insert(0, str(REPO / "tools"))
 
-from gateway_load import Load  # noqa: E402
+from gateway_load import Load, runtime_api_shell  # noqa: E402
 from lab_vault import lab_secrets  # noqa: E402
 
 LAB = Lab("mgwb", 236)  # indexes 236..238: away from `make lab-up`, molecule and the other benchmarks
@@ -117,9 +117,7 @@ def rollout_under_load(run: int, user_key: str) -> dict[str, object]:
 
 def set_server(state: str) -> None:
     """Put host 2's scene in `state` (maint or ready) at the gateway through its runtime API."""
-    LAB.on_host(3, "python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); "
-                   "s.connect('/run/vllm-gateway/admin.sock'); "
-                   f"s.sendall(b'set server model_0/{HOST2}:realtime state {state}\\n'); print(s.recv(99))\"")
+    LAB.on_host(3, runtime_api_shell(f"set server model_0/{HOST2}:realtime state {state}"))
 
 
 def main() -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import http.server
 import json
+import socket
+import subprocess
 import ssl
 import threading
 import time
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway_load import Load, https_call
+from gateway_load import Load, https_call, runtime_api_shell
 from lab_certificates import self_signed_pair
 
 
@@ -78,3 +80,21 @@ def test_https_call_refuses_a_server_its_ca_does_not_sign(gateway: tuple[str, st
     (tmp_path / "other.pem").write_text(other)
     with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):
         https_call(url + "/v1/chat/completions", "user-key", {}, str(tmp_path / "other.pem"))
+
+
+def test_runtime_api_shell_sends_one_command_and_prints_the_answer(tmp_path: Path) -> None:
+    """The shell command sends the command with its newline to the socket and prints all HAProxy answers."""
+    path, got = tmp_path / "admin.sock", list[bytes]()
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(path))
+    listener.listen()
+
+    def answer() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            got.append(connection.recv(4096))
+            connection.sendall(b"# pxname,svname\n" + b"y" * 70000)
+    threading.Thread(target=answer, daemon=True).start()
+    shown = subprocess.run(["sh", "-c", runtime_api_shell("show stat", str(path))], capture_output=True, text=True,
+                           check=True, timeout=10).stdout
+    assert got == [b"show stat\n"] and shown.startswith("# pxname,svname\n") and shown.count("y") == 70000

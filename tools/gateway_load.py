@@ -15,6 +15,17 @@ Answer = tuple[int, dict[str, str], str]
 Outcome = tuple[float, float, int, str]  # start, end (time.monotonic), HTTP status (0: no answer), backend
 
 
+GATEWAY_SOCKET = "/run/vllm-gateway/admin.sock"
+
+
+def runtime_api_shell(command: str, socket_path: str = GATEWAY_SOCKET) -> str:
+    """Return a shell command that, run on a gateway host, sends one command to HAProxy's runtime API and prints its
+    answer (the host has python3 but no socat)."""
+    send = (f"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{socket_path}'); "
+            f"s.sendall(b'{command}\\n'); print(b''.join(iter(lambda: s.recv(65536), b'')).decode())")
+    return f'python3 -c "{send}"'
+
+
 def https_call(url: str, token: str | None, body: dict[str, object] | None, ca_file: str, method: str | None = None,
                timeout: float = 60) -> Answer:
     """Make one HTTPS request trusting ca_file; return status, headers (names in lower case) and body."""

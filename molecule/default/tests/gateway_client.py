@@ -74,12 +74,19 @@ def server_events(since: str) -> str:
                                  "-g 'is (DOWN|UP)|is going DOWN|DRAIN|no server available'").stdout[-4000:]
 
 
+def runtime_api(command: str) -> str:
+    """Send one command to the gateway's HAProxy runtime API; return its answer."""
+    return lab_host(GATEWAY).check_output(gateway_load.runtime_api_shell(command))
+
+
+def scene_servers() -> list[dict[str, str]]:
+    """Return the gateway's `show stat` rows of its scene servers (named host:scene, in backends named model_N)."""
+    return [row for row in parse_stat(runtime_api("show stat")) if ":" in row["svname"]]
+
+
 def server_limits() -> dict[str, str]:
-    """Return each scene server's limit at the gateway (maxconn, "" for none) by its name, from `show stat`."""
-    read = ("import socket; s = socket.socket(socket.AF_UNIX); s.connect('/run/vllm-gateway/admin.sock'); "
-            "s.sendall(b'show stat\\n'); print(b''.join(iter(lambda: s.recv(65536), b'')).decode())")
-    rows = parse_stat(lab_host(GATEWAY).check_output(f'python3 -c "{read}"'))
-    return {row["svname"]: row["slim"] for row in rows if ":" in row["svname"]}
+    """Return each scene server's limit at the gateway (maxconn, "" for none) by its name."""
+    return {row["svname"]: row["slim"] for row in scene_servers()}
 
 
 class Load(gateway_load.Load):

@@ -9,6 +9,7 @@ import json
 import ssl
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ import yaml
 sys.path[:0] = [str(Path(__file__).resolve().parents[2] / "shared"), str(Path(__file__).resolve().parents[3] / "tools")]
 
 from gateway_client import (BATCH_MODEL, CA_FILE, GATEWAY, GPU_HOSTS, LAB, MODEL, REPO, SCENARIO, SETTINGS,  # noqa: E402
-                            Load, call, chat, client, key, secrets, server_events, server_limits)
+                            Load, call, chat, client, key, runtime_api, scene_servers, secrets,
+                            server_events, server_limits)
 from lab_certificates import self_signed_pair  # noqa: E402
 from playbooks import lab_host, run_playbook, scene_health  # noqa: E402
 from units import MAX_EXPOSURE, exposure  # noqa: E402
@@ -165,6 +167,28 @@ def test_requests_sharing_a_prefix_reach_the_same_scene(host: testinfra.host.Hos
         return headers["x-vllm-fleet-backend"]
     assert len({backend("系统提示 ", n) for n in range(6)}) == 1
     assert len({backend(f"prompt {n} é ", n) for n in range(12)}) > 1
+
+
+def test_a_full_scene_passes_its_prefix_on(host: testinfra.host.Host) -> None:
+    """Prefix affinity yields to load: once the scene a prefix sticks to has its limit in flight and
+    vllm_gateway_affinity_queue (4) requests waiting, the next ones with that prefix go to another scene, and all
+    are answered. The sticky scene's limit is lowered to 1 at the runtime API so that 8 requests at once overload it."""
+    def chat_from(n: int) -> tuple[int, str]:
+        body = {"model": MODEL, "max_tokens": 128, "ignore_eos": True,
+                "messages": [{"role": "user", "content": f"{'overload ' * 150} {n}"}]}
+        status, headers, _ = call("/v1/chat/completions", key("lab-user"), body)
+        return status, headers.get("x-vllm-fleet-backend", "")
+    sticky = chat_from(0)[1]
+    backend = next(row["pxname"] for row in scene_servers() if row["svname"] == sticky)
+    limit = server_limits()[sticky]
+    runtime_api(f"set maxconn server {backend}/{sticky} 1")
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(chat_from, range(1, 9)))
+    finally:
+        runtime_api(f"set maxconn server {backend}/{sticky} {limit}")
+    assert {status for status, _ in answers} == {200}, answers
+    assert sum(name == sticky for _, name in answers) >= 5 and {name for _, name in answers} - {sticky}, answers
 
 
 def test_rate_limit_is_per_key(host: testinfra.host.Host) -> None:
