@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
+from pathlib import Path
 
 from conftest import REPO
 
 EXAMPLE = REPO / "inventory" / "example"
 
 
-def plan(*extra: str) -> subprocess.CompletedProcess[str]:
-    """Run plan.yml against the example inventory; return the finished process."""
+def plan(*extra: str, inventory: Path = EXAMPLE) -> subprocess.CompletedProcess[str]:
+    """Run plan.yml against the example inventory (or another); return the finished process."""
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.memory",
            "ANSIBLE_NOCOLOR": "1"}
-    argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "playbooks/plan.yml", "-i", str(EXAMPLE), *extra]
+    argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "playbooks/plan.yml", "-i", str(inventory), *extra]
     return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -41,3 +44,37 @@ def test_impossible_plan_is_refused_before_any_change() -> None:
                    "lower max_model_len to", "give each scene its own GPU"):
         assert needle in result.stdout, needle
     assert "changed=0" in result.stdout and "changed=1" not in result.stdout
+
+
+def recap(stdout: str) -> dict[str, dict[str, int]]:
+    """Return the play recap's counters by host."""
+    return {match[1]: {name: int(n) for name, n in re.findall(r"(\w+)=(\d+)", match[2])}
+            for match in re.finditer(r"^(\S+)\s+: (ok=.*)$", stdout, re.MULTILINE)}
+
+
+def one_bad_host(tmp_path: Path) -> Path:
+    """Return a copy of the example inventory in which gpu-3090-a puts both its scenes on GPU 0."""
+    inventory = tmp_path / "inventory"
+    shutil.copytree(EXAMPLE, inventory)
+    host_vars = inventory / "host_vars" / "gpu-3090-a.yml"
+    host_vars.write_text(host_vars.read_text().replace("gpus: [1]", "gpus: [0]"))
+    return inventory
+
+
+def test_a_bad_host_fails_alone(tmp_path: Path) -> None:
+    """One host's impossible plan fails that host only: the others are planned and reach the play's end."""
+    result = plan(inventory=one_bad_host(tmp_path))
+    counters = recap(result.stdout)
+    assert counters["gpu-3090-a"]["failed"] == 1, result.stdout[-3000:]
+    assert counters["gpu-3090-b"]["failed"] == counters["gpu-4090-a"]["failed"] == 0, result.stdout[-3000:]
+    assert "give each scene its own GPU" in result.stdout
+    # The good hosts went on to the next play (a play keyword's "{{ ... }}" once made every host stop here).
+    assert "PLAY [All or nothing" in result.stdout and "NO MORE HOSTS LEFT" not in result.stdout
+
+
+def test_all_or_nothing_stops_every_host(tmp_path: Path) -> None:
+    """With vllm_fleet_preflight_all_or_nothing (rollouts), the good hosts fail too, naming the bad one."""
+    result = plan("-e", "vllm_fleet_preflight_all_or_nothing=true", inventory=one_bad_host(tmp_path))
+    counters = recap(result.stdout)
+    assert all(counters[host]["failed"] == 1 for host in ("gpu-3090-a", "gpu-3090-b", "gpu-4090-a")), result.stdout
+    assert "gpu-3090-b: not changed: gpu-3090-a failed its checks" in result.stdout
