@@ -250,7 +250,7 @@ def test_adapter_turns_kit_errors_into_filter_errors() -> None:
 
 
 KEYED_SCENE = {"name": "realtime", "served_model_name": "qwen2.5-7b", "api_key_var": "vault_key"}
-HEALTHY = {"status": 200}
+HEALTHY = {"changed": False, "msg": "1 scene ready in 0.01 s", "scenes": [{"name": "realtime", "seconds": 0.01}]}
 
 
 def test_scene_checks_all_pass_on_a_good_scene() -> None:
@@ -258,7 +258,7 @@ def test_scene_checks_all_pass_on_a_good_scene() -> None:
     checks = verify.scene_checks(
         KEYED_SCENE, HEALTHY, {"json": {"data": [{"id": "qwen2.5-7b"}]}},
         {"status": 200, "json": {"choices": [{"message": {"content": "Hello"}}], "usage": {"completion_tokens": 2}}},
-        {"status": 401}, {"content": "vllm:num_requests_running 0\\nvllm:kv_cache_usage_perc 0\\n"}, 600)
+        {"status": 401}, {"content": "vllm:num_requests_running 0\\nvllm:kv_cache_usage_perc 0\\n"})
     assert [c["passed"] for c in checks] == [True] * 5
 
 
@@ -266,13 +266,15 @@ def test_scene_checks_name_each_failure() -> None:
     """Wrong model, empty answer, open endpoint and missing metrics each fail with what was seen."""
     checks = verify.scene_checks(KEYED_SCENE, HEALTHY, {"json": {"data": [{"id": "other"}]}},
                                  {"status": 200, "json": {"choices": [{"message": {"content": " "}}]}},
-                                 {"status": 200}, {"content": "# no vllm series"}, 600)
+                                 {"status": 200}, {"content": "# no vllm series"})
     assert [c["passed"] for c in checks] == [True, False, False, False, False]
     assert checks[1]["detail"] == "listed: other" and checks[3]["detail"] == "status 200"
 
 
 def test_scene_checks_stop_at_a_dead_scene() -> None:
-    """A scene that never answered /health has one failed check saying how long it was waited for."""
-    checks = verify.scene_checks(KEYED_SCENE, {"status": -1, "msg": "Connection refused"}, {}, {}, {}, {}, 20)
-    assert checks == [{"name": "GET /health", "passed": False,
-                       "detail": "no 200 within 20 s (last: -1 Connection refused)"}]
+    """A scene whose unit is down, or that never answered /health, has one failed check with the wait's reason."""
+    down = {"failed": True, "scenes": [], "msg": "scene 'realtime' (vllm-scene-realtime.service) crashed 0 s into the "
+            "wait: the unit is not running (inactive/dead) [ActiveState=inactive SubState=dead]; journal: boom"}
+    checks = verify.scene_checks(KEYED_SCENE, down, {}, {}, {}, {})
+    assert checks == [{"name": "GET /health", "passed": False, "detail": down["msg"]}]
+    assert verify.scene_checks(KEYED_SCENE, {}, {}, {}, {}, {})[0]["detail"] == "not waited for"

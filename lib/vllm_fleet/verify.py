@@ -152,12 +152,13 @@ def _check(name: str, passed: bool, detail: str) -> dict[str, Any]:
     return {"name": name, "passed": passed, "detail": detail}
 
 
-def scene_checks(scene: dict[str, Any], health: dict[str, Any], models: dict[str, Any], chat: dict[str, Any],
-                 no_key: dict[str, Any], metrics: dict[str, Any], health_timeout: int) -> list[dict[str, Any]]:
-    """Judge a scene's API from the uri results of /health, /v1/models, a chat completion, a keyless call, /metrics."""
-    if health.get("status") != 200:
-        last = f"{health.get('status', 'no answer')} {str(health.get('msg', ''))[:120]}".strip()
-        return [_check("GET /health", False, f"no 200 within {health_timeout} s (last: {last})")]
+def scene_checks(scene: dict[str, Any], ready: dict[str, Any], models: dict[str, Any], chat: dict[str, Any],
+                 no_key: dict[str, Any], metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """Judge a scene's API from vllm_fleet_scene_ready's result and the uri results of /v1/models, a chat completion,
+    a keyless call and /metrics."""
+    if ready.get("failed") or not ready.get("scenes"):
+        # The module's one line: a unit down or crashed (its state and the journal's error), or the wait's timeout.
+        return [_check("GET /health", False, str(ready.get("msg") or "not waited for"))]
     served = [m.get("id") for m in (models.get("json") or {}).get("data", [])]
     answer = chat.get("json") or {}
     text = ((answer.get("choices") or [{}])[0].get("message") or {}).get("content") or ""
