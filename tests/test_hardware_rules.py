@@ -238,3 +238,41 @@ def test_a_version_that_is_not_one() -> None:
     """A malformed vllm_version is an error naming the variable."""
     assert hardware.problems(HOST, [], [], None, "cuda", "latest") == {
         "errors": [f"{HOST}: vllm_version 'latest' is not a version such as 0.33.0"], "warnings": []}
+
+
+def test_max_model_len_above_the_models_own_limit() -> None:
+    """Qwen2.5-7B takes 32,768 tokens: 65,536 is refused before vLLM would stop at start, naming the limit."""
+    only(check([scene(max_model_len=65536)], facts(gpu(profile="h200")))["errors"],
+         "vllm_scenes_list[name=realtime].engine_args.max_model_len", "65,536",
+         "32,768 (max_position_embeddings", "lower max_model_len to 32,768 or less")
+    assert check([scene(max_model_len=32768)], facts(gpu(profile="h200")))["errors"] == []
+
+
+def test_rope_scaling_raises_the_models_limit() -> None:
+    """A yarn factor of 4 on 32,768 original positions takes 131,072 tokens, as vLLM derives it; llama3's does not."""
+    assert planner.derived_max_len({"max_position_embeddings": 32768, "rope_scaling": {
+        "type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}, "x") == 131072
+    assert planner.derived_max_len({"max_position_embeddings": 131072, "rope_scaling": {
+        "rope_type": "llama3", "factor": 8.0}}, "x") == 131072
+    assert planner.derived_max_len({"max_position_embeddings": 4096, "rope_scaling": {"type": "linear", "factor": 2}},
+                                   "x") == 8192
+
+
+@pytest.mark.parametrize(("gpus", "size", "needles"), [
+    ([0], 2, ("tensor_parallel_size 2", "lists 1 GPU ([0])", "set tensor_parallel_size to 1 or list 2 GPUs")),
+    ([0, 1, 2], 3, ("28 attention heads", "does not divide", "tensor_parallel_size of 1, 2, 4 or 28")),
+])
+def test_tensor_parallel_size_must_match_the_gpus_and_the_heads(gpus: list[int], size: int,
+                                                                needles: tuple[str, ...]) -> None:
+    """TP=2 on one GPU, or a TP that does not divide the model's heads, is refused with the fix."""
+    host = facts(*(gpu(i) for i in range(3)))
+    only(check([scene(gpus=gpus, tensor_parallel_size=size)], host)["errors"],
+         "vllm_scenes_list[name=realtime].engine_args.tensor_parallel_size", *needles)
+    assert check([scene(gpus=[0, 1], tensor_parallel_size=2)], host)["errors"] == []
+
+
+def test_tensor_parallel_across_different_cards() -> None:
+    """A 3090 and a 4090 in one scene: refused, since each rank runs at the slower card's pace and smaller memory."""
+    only(check([scene(gpus=[0, 1], tensor_parallel_size=2)], facts(gpu(0), gpu(1, "rtx4090")))["errors"],
+         "vllm_scenes_list[name=realtime].gpus", "GPU 0 (NVIDIA GeForce RTX 3090)", "GPU 1 (NVIDIA GeForce RTX 4090)",
+         "cards of one model")

@@ -243,20 +243,23 @@ def test_decode_floor_needs_a_bandwidth_and_bytes() -> None:
 
 
 def test_model_lookup_catalog_inventory_and_config_json() -> None:
-    """A model is found by repo or name; the inventory's entry wins; otherwise config.json is read from the host."""
-    models = [{"name": "qwen2.5-7b-instruct-awq", "source": "http"},
-              {"name": "mine", "source": "hf", "repo": "Qwen/Qwen2.5-7B-Instruct-AWQ"},
+    """The catalog is found by repo only, never by a kit-local name (which may name another repo); the inventory's
+    entry wins by name or repo; otherwise config.json is read from the host."""
+    models = [{"name": "qwen2.5-7b-instruct-awq", "source": "hf", "repo": "someone/Other-Model"},
+              {"name": "mine", "source": "hf", "repo": "qwen/qwen2.5-7b-instruct-awq"},
               {"name": "tiny-qwen2-awq", "source": "http"}]
     scenes = [{**scene(), "model": m["name"], "model_path": f"/m/{m['name']}"} for m in models]
-    assert planner.config_paths(scenes, models, {}) == ["/m/tiny-qwen2-awq/config.json"]
-    assert planner.config_paths(scenes, models, {"tiny-qwen2-awq": TINY}) == []
+    assert planner.config_paths(scenes, models, {}) == ["/m/qwen2.5-7b-instruct-awq/config.json",
+                                                          "/m/tiny-qwen2-awq/config.json"]
+    assert planner.config_paths(scenes, models, {"tiny-qwen2-awq": TINY, "someone/other-model": TINY}) == []
     content = base64.b64encode(json.dumps(TINY).encode()).decode()
-    slurped = [{"item": "/m/tiny-qwen2-awq/config.json", "content": content},
-               {"item": "/m/gone/config.json", "failed": True}]
-    assert planner.read_configs(slurped) == {"/m/tiny-qwen2-awq/config.json": TINY}
+    slurped = [{"item": f"/m/{name}/config.json", "content": content} for name in ("tiny-qwen2-awq",
+                                                                                    "qwen2.5-7b-instruct-awq")]
+    slurped.append({"item": "/m/gone/config.json", "failed": True})
+    assert planner.read_configs(slurped)["/m/tiny-qwen2-awq/config.json"] == TINY
     result = planner.plan_host(scenes, "lab1", None, "cpu", "0.32.0", models, {}, slurped,
                                {"VLLM_CPU_KVCACHE_SPACE": "1"})
-    assert [p["weights_gib"] for p in result] == [5.19, 5.19, 0.0]
+    assert [p["weights_gib"] for p in result] == [0.0, 5.19, 0.0]
     assert [p["host"] for p in result] == ["lab1"] * 3 and all(p["problem"] is None for p in result)
 
 

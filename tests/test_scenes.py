@@ -53,6 +53,16 @@ def test_the_only_model_is_the_default() -> None:
         scenes.resolve_scenes([{"name": "realtime"}], PRESETS, two)
 
 
+def test_a_scene_on_several_gpus_runs_one_rank_per_gpu() -> None:
+    """Two GPUs and no tensor_parallel_size give 2; one GPU gets none (vLLM's 1); a size given stays for the rules."""
+    two, one, given = resolve({"name": "realtime", "model": "qwen", "gpus": [0, 1]},
+                              {"name": "batch", "model": "qwen", "gpus": [2]},
+                              {"name": "other", "preset": "batch", "model": "qwen", "port": 8002, "gpus": [3, 4],
+                               "engine_args": {"tensor_parallel_size": 1}})
+    assert two["engine_args"]["tensor-parallel-size"] == 2 and "tensor-parallel-size" not in one["engine_args"]
+    assert given["engine_args"]["tensor-parallel-size"] == 1
+
+
 def test_user_scene_takes_a_preset() -> None:
     """A scene of the user's own names its preset and keeps its own name."""
     (scene,) = resolve({"name": "nightly", "preset": "batch", "model": "qwen", "port": 8100})

@@ -96,6 +96,50 @@ def fit_findings(host: str, scene: dict[str, Any], plan: dict[str, Any]) -> list
                     "set kv_cache_dtype fp8 (half the KV bytes)")]
 
 
+def length_findings(host: str, scene: dict[str, Any], plan: dict[str, Any]) -> list[Finding]:
+    """Refuse a max_model_len above what vLLM derives from the model's config (it would stop at start)."""
+    limit, length = plan.get("model_max_len"), plan.get("max_model_len")
+    if not limit or not length or length <= limit:
+        return []
+    return [(ERROR, f"{_scene_var(host, scene, 'max_model_len')}: {length:,} is above model {plan['model']}'s "
+                    f"{limit:,} (max_position_embeddings with its rope scaling), and vLLM refuses to start "
+                    "(\"User-specified max_model_len ... is greater than the derived max_model_len\"): lower "
+                    f"max_model_len to {limit:,} or less")]
+
+
+def _splits(heads: int, kv_heads: int, size: int) -> bool:
+    """Tell whether vLLM can split a model's heads over size ranks (KV heads may be replicated, not split unevenly)."""
+    return heads % size == 0 and (kv_heads % size == 0 if kv_heads >= size else size % kv_heads == 0)
+
+
+def parallel_findings(host: str, scene: dict[str, Any], plan: dict[str, Any],
+                      gpus: dict[int, dict[str, Any]]) -> list[Finding]:
+    """Refuse a tensor_parallel_size that is not the scene's GPU count or does not split the model's heads, and a
+    scene across cards of different models."""
+    size, count = engine_arg(scene, "tensor_parallel_size", 1), len(scene["gpus"])
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        return []  # the engine-argument checks name a value of the wrong type
+    where = _scene_var(host, scene, "tensor_parallel_size")
+    findings: list[Finding] = []
+    if size != count:
+        findings.append((ERROR, f"{where}: tensor_parallel_size {size} but the scene lists {count} GPU"
+                                f"{'' if count == 1 else 's'} ({scene['gpus']}), and vLLM runs one rank per GPU: set "
+                                f"tensor_parallel_size to {count} or list {size} GPUs in its gpus"))
+    heads, kv_heads = plan.get("attention_heads"), plan.get("kv_heads")
+    if heads and kv_heads and not _splits(heads, kv_heads, size):
+        valid = [str(n) for n in range(1, heads + 1) if _splits(heads, kv_heads, n)]
+        findings.append((ERROR, f"{where}: tensor_parallel_size {size} does not divide model {plan['model']}'s "
+                                f"{heads} attention heads ({kv_heads} KV heads) evenly over its ranks: use a "
+                                f"tensor_parallel_size of {', '.join(valid[:-1])} or {valid[-1]}"))
+    cards = [(index, gpus[index].get("name")) for index in scene["gpus"] if index in gpus]
+    if len({name for _, name in cards}) > 1:
+        listed = " and ".join(f"GPU {index} ({name})" for index, name in cards)
+        findings.append((ERROR, f"{_scene_var(host, scene)}.gpus: {listed} differ: tensor parallel runs every rank "
+                                "at the slower card's pace within the smaller card's memory: give the scene cards of "
+                                "one model, or run one scene per card"))
+    return findings
+
+
 def shared_gpu_findings(host: str, scenes: list[dict[str, Any]], gpus: dict[int, dict[str, Any]],
                         vllm_version: str) -> list[Finding]:
     """Refuse scenes on one GPU whose budgets cannot all be free when the last engine starts."""
@@ -224,11 +268,13 @@ def problems(host: str, scenes: list[dict[str, Any]], plans: list[dict[str, Any]
         return {"errors": [f"{host}: {error}"], "warnings": []}
     by_scene = {p["scene"]: p for p in plans}
     findings = [f for s in scenes for f in fit_findings(host, s, by_scene.get(s["name"], {"problem": "not planned"}))]
+    findings += [f for s in scenes for f in length_findings(host, s, by_scene.get(s["name"], {}))]
     findings += [f for s in scenes for f in option_findings(host, s, flavour, vllm_version)]
     gpus = {g.get("index"): g for g in (gpus_fact or {}).get("gpus") or []}
     if flavour == "cuda" and gpus:
         findings += [(ERROR, f"{host}: vllm_scenes_list: {message}") for s in scenes
                      for message in scene_model.gpu_problems(s, sorted(gpus))]
+        findings += [f for s in scenes for f in parallel_findings(host, s, by_scene.get(s["name"], {}), gpus)]
         findings += shared_gpu_findings(host, scenes, gpus, vllm_version)
         findings += [f for s in scenes for index in s["gpus"] if index in gpus
                      for f in card_findings(host, s, gpus[index], vllm_version)]

@@ -100,10 +100,11 @@ class Architecture:
     layers: int
     hidden: int
     intermediate: int
+    heads: int
     kv_heads: int
     head_dim: int
     vocab: int
-    max_position: int
+    max_position: int  # the longest max_model_len vLLM accepts: max_position_embeddings with its rope scaling
     weight_bytes: int  # the checkpoint's tensors, from the shapes
     read_bytes: int  # weights read per decoded token: all but the input embedding table when it is not tied
     loaded_bytes: int  # what vLLM holds after loading: measured, or weight_bytes + LOAD_EXTRA_BYTES
@@ -146,6 +147,21 @@ def _linear_bytes(params: int, quantization: Optional[dict[str, Any]], dtype_byt
                     "give the model's loaded size in vllm_fleet_planner_models with loaded_gib")
 
 
+def derived_max_len(config: dict[str, Any], where: str) -> int:
+    """Return the longest max_model_len vLLM derives from a config.json: max_position_embeddings, times the rope
+    scaling factor (of original_max_position_embeddings for yarn) except for the llama3/longrope kinds, as vLLM's
+    ModelConfig does before it refuses a longer one."""
+    length = _int(config, "max_position_embeddings", where)
+    scaling = config.get("rope_scaling") if isinstance(config.get("rope_scaling"), dict) else {}
+    kind = str(scaling.get("rope_type") or scaling.get("type") or "")
+    factor = scaling.get("factor")
+    if kind in ("su", "longrope", "llama3") or not isinstance(factor, (int, float)) or isinstance(factor, bool):
+        return length
+    if kind == "yarn" and isinstance(scaling.get("original_max_position_embeddings"), int):
+        length = scaling["original_max_position_embeddings"]
+    return int(length * factor)
+
+
 def architecture(config: dict[str, Any], where: str) -> Architecture:
     """Read a model's shapes from its config.json mapping (or a catalog entry) and size its weights."""
     if "text_config" in config or any(k in config for k in ("num_experts", "num_local_experts", "n_routed_experts")):
@@ -164,22 +180,20 @@ def architecture(config: dict[str, Any], where: str) -> Architecture:
     weights = _linear_bytes(linear, config.get("quantization_config"), dtype_bytes, where) + embedding * (1 if tied else 2)
     loaded = config.get("loaded_gib")
     return Architecture(
-        layers=layers, hidden=hidden, intermediate=intermediate, kv_heads=kv_heads, head_dim=head_dim, vocab=vocab,
-        max_position=_int(config, "max_position_embeddings", where), weight_bytes=weights,
+        layers=layers, hidden=hidden, intermediate=intermediate, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+        vocab=vocab, max_position=derived_max_len(config, where), weight_bytes=weights,
         read_bytes=weights - (0 if tied else embedding),
         loaded_bytes=int(loaded * GiB) if isinstance(loaded, (int, float)) else weights + LOAD_EXTRA_BYTES,
         measured=isinstance(loaded, (int, float)))
 
 
 def _catalog_entry(model: dict[str, Any], user_models: dict[str, dict[str, Any]]) -> Optional[dict[str, Any]]:
-    """Find a model's shapes by name or Hugging Face repo (case-insensitive): the inventory's first, then the catalog."""
+    """Find a model's shapes: the inventory's vllm_fleet_planner_models by the model's name or repo, else the catalog
+    by its Hugging Face repo alone (case-insensitive), never by a kit-local name, which may name another repo."""
     names = {str(model[key]).lower() for key in ("name", "repo") if model.get(key)}
-    names |= {name.rsplit("/", 1)[-1] for name in names}
-    for known in (user_models or {}, MODEL_CATALOG):
-        for key, entry in known.items():
-            if key.lower() in names or key.lower().rsplit("/", 1)[-1] in names:
-                return entry
-    return None
+    found = next((entry for key, entry in (user_models or {}).items() if key.lower() in names), None)
+    repo = str(model.get("repo") or "").lower()
+    return found or next((entry for key, entry in MODEL_CATALOG.items() if repo and key.lower() == repo), None)
 
 
 def _model_entry(scene: dict[str, Any], model_list: list[dict[str, Any]]) -> dict[str, Any]:
@@ -341,7 +355,8 @@ def plan_scene(scene: dict[str, Any], arch: Architecture, cards: Optional[list[C
     weights = (arch.weight_bytes if on_cpu else arch.loaded_bytes) // tensor_parallel
     plan: Plan = {"scene": scene["name"], "model": scene["model"], "gpus": scene["gpus"], "max_model_len": max_model_len,
                   "max_num_seqs": max_num_seqs, "kv_cache_dtype": kv_dtype, "block_size": block_size,
-                  "tensor_parallel_size": tensor_parallel, "weights_gib": _gib(weights),
+                  "tensor_parallel_size": tensor_parallel, "attention_heads": arch.heads, "kv_heads": arch.kv_heads,
+                  "model_max_len": arch.max_position, "weights_gib": _gib(weights),
                   "weights_measured": arch.measured, "kv_bytes_per_token": int(per_token)}
     if on_cpu:
         kv = int((cpu_kv_gib or 0) * GiB)

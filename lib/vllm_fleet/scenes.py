@@ -68,6 +68,9 @@ def resolve_scene(scene: Scene, presets: dict[str, Scene], models: dict[str, dic
     if budget is not None and (not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0):
         raise SceneError(f"{where}: memory_budget_gib {budget!r} must be a positive number of GiB, such as 21.6")
     model = models[model_name]
+    engine_args = _engine_args(model.get("engine_args", {}), preset.get("engine_args", {}), scene.get("engine_args", {}))
+    if len(gpus) > 1:
+        engine_args.setdefault("tensor-parallel-size", len(gpus))  # one rank per listed GPU, unless set otherwise
     return {
         "name": name,
         "preset": preset_name,
@@ -78,8 +81,7 @@ def resolve_scene(scene: Scene, presets: dict[str, Scene], models: dict[str, dic
         "model_path": model["path"],
         "served_model_name": scene.get("served_model_name", model.get("served_model_name", model_name)),
         "api_key_var": scene.get("api_key_var", preset.get("api_key_var", "")),
-        "engine_args": _engine_args(model.get("engine_args", {}), preset.get("engine_args", {}),
-                                    scene.get("engine_args", {})),
+        "engine_args": engine_args,
         "env": {**preset.get("env", {}), **scene.get("env", {})},
         "memory_budget_gib": budget,
     }
