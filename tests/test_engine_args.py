@@ -72,6 +72,7 @@ def test_good_arguments_pass() -> None:
     ("gpu-memory-utilizaton", 0.9, "did you mean gpu_memory_utilization?"),
     ("enable-prefix-caching", "yes", "enable_prefix_caching: 'yes' is not true or false, which vllm 9.9.9 takes here"),
     ("gpu-memory-utilization", "90%", "gpu_memory_utilization: '90%' is not a number such as 0.9"),
+    ("gpu-memory-utilization", 90, "gpu_memory_utilization: 90 is not a fraction of the card"),
     ("max-num-seqs", 16.5, "max_num_seqs: 16.5 is not an integer"),
     ("max-num-seqs", "16k", "max_num_seqs: '16k' is not an integer"),
     ("max-model-len", "long", "max_model_len: 'long' is not an integer (or such as 32k)"),

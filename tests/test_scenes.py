@@ -81,7 +81,12 @@ def test_config_file_is_dash_keyed_and_has_no_secret() -> None:
 @pytest.mark.parametrize(("scene", "message"), [
     ({"name": "fast", "model": "qwen"}, "no preset 'fast'"),
     ({"name": "realtime", "model": "llama"}, "model 'llama' is not among"),
-    ({"name": "realtime", "model": "qwen", "gpu_memory_utilization": 0.5}, "put engine arguments under engine_args"),
+    ({"name": "realtime", "model": "qwen", "gpu_memory_utilization": 0.5},
+     "unknown key 'gpu_memory_utilization'; engine arguments go under engine_args"),
+    ({"name": "realtime", "model": "qwen", "engine_arg": {"max_num_seqs": 8}},
+     "unknown key 'engine_arg'; did you mean engine_args?"),
+    ({"name": "realtime", "model": "qwen", "engine_args": ["max_num_seqs=8"]},
+     "engine_args: ['max_num_seqs=8'] must be a mapping"),
     ({"name": "realtime", "model": "qwen", "engine_args": {"port": 9000}}, "engine_args must not set ['port']"),
     ({"name": "realtime", "model": "qwen", "port": "8000"}, "port '8000' must be an integer"),
     ({"name": "realtime", "model": "qwen", "gpus": "0"}, "gpus '0' must be a list"),
@@ -163,3 +168,14 @@ def test_local_url_reaches_wildcards_over_loopback(listen: str, url: str) -> Non
     """Probes on the host reach wildcard listeners over loopback, with IPv6 addresses in brackets."""
     assert scenes.local_url(listen, 8000) == url
     assert scenes.reach_address(listen) == url.removeprefix("http://").rsplit(":", 1)[0].strip("[]")
+
+
+def test_custom_presets_are_checked_like_scenes() -> None:
+    """A custom preset's misspelt key is refused naming the preset, and the error says where presets go."""
+    presets = {**PRESETS, "nightly": {"port": 8100, "engine_arg": {"max_num_seqs": 8}}}
+    with pytest.raises(scenes.SceneError, match=r"vllm_scenes_custom_presets.nightly \(the preset of "
+                                                r"vllm_scenes_list\[name=n\]\): unknown key 'engine_arg'; did you mean "
+                                                r"engine_args\?"):
+        scenes.resolve_scenes([{"name": "n", "preset": "nightly"}], presets, MODELS)
+    with pytest.raises(scenes.SceneError, match="or add it to vllm_scenes_custom_presets"):
+        resolve({"name": "fast", "model": "qwen"})

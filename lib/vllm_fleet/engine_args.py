@@ -15,6 +15,8 @@ from typing import Any, Callable, Optional
 
 Table = dict[str, Any]  # {"release": "vllm 0.33.0", "args": {dash-name: {"kind": ..., "choices": [...], ...}}}
 KINDS = ("bool", "int", "float", "json", "list", "str")
+# Fractions vLLM's parser takes as any float but refuses at start when outside (0, 1].
+FRACTIONS = {"gpu-memory-utilization"}
 # vLLM's human-readable integers ("32k", "1M", "1.5G") for the arguments whose parser takes them.
 _HUMAN_INT = re.compile(r"^\d+(\.\d+)?[kKmMgG]?$")
 
@@ -114,6 +116,9 @@ def arg_problems(where: str, engine_args: dict[str, Any], table: Table) -> tuple
         elif not _fits(entry, value):
             errors.append(f"{var}: {value!r} is not {_kind_words(entry)}, which {table['release']} takes here; "
                           f"give {_kind_words(entry)}")
+        elif name in FRACTIONS and not 0 < value <= 1:
+            errors.append(f"{var}: {value!r} is not a fraction of the card: give a number above 0 and at most 1, "
+                          "such as 0.9")
         elif "choices" in entry and str(value).lower() not in [c.lower() for c in entry["choices"]]:
             errors.append(f"{var}: {value!r} is not one of {table['release']}'s choices: "
                           f"{', '.join(entry['choices'])}")

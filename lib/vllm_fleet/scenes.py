@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import math
 import re
@@ -35,20 +36,31 @@ def _engine_args(*layers: dict[str, Any]) -> dict[str, Any]:
     return merged
 
 
+def _refuse_unknown_keys(where: str, scene: Scene) -> None:
+    """Refuse keys a scene (or preset) does not have, with the closest one it has, or engine_args for the others."""
+    for key in sorted(set(scene) - SCENE_KEYS, key=str):
+        close = difflib.get_close_matches(str(key), sorted(SCENE_KEYS), n=1, cutoff=0.75)
+        fix = f"did you mean {close[0]}?" if close else f"engine arguments go under engine_args ({{{key}: ...}})"
+        raise SceneError(f"{where}: unknown key {key!r}; {fix}")
+
+
 def resolve_scene(scene: Scene, presets: dict[str, Scene], models: dict[str, dict[str, Any]], var: str) -> Scene:
     """Resolve one host scene against its preset and model into the values the service runs with."""
     name = scene.get("name", "")
     where = f"{var}[name={name or '?'}]"
     if not isinstance(name, str) or not SCENE_NAME.match(name):
         raise SceneError(f"{where}: scene name {name!r} must match {SCENE_NAME.pattern} (it names a systemd unit)")
-    unknown = sorted(set(scene) - SCENE_KEYS)
-    if unknown:
-        raise SceneError(f"{where}: unknown keys {unknown}; put engine arguments under engine_args")
+    _refuse_unknown_keys(where, scene)
     preset_name = scene.get("preset", name)
     if preset_name not in presets:
         raise SceneError(f"{where}: no preset {preset_name!r}; set preset to one of {sorted(presets)} "
-                         "or add it to vllm_scenes_presets")
+                         "or add it to vllm_scenes_custom_presets")
     preset = presets[preset_name]
+    _refuse_unknown_keys(f"vllm_scenes_custom_presets.{preset_name} (the preset of {where})", preset)
+    for layer, label in ((scene, where), (preset, f"vllm_scenes_custom_presets.{preset_name}")):
+        if not isinstance(layer.get("engine_args", {}), dict):
+            raise SceneError(f"{label}.engine_args: {layer['engine_args']!r} must be a mapping of engine arguments "
+                             "such as {max_num_seqs: 16}")
     # A host with one model needs no model key in its scenes.
     model_name = scene.get("model", preset.get("model", next(iter(models)) if len(models) == 1 else None))
     if model_name not in models:
