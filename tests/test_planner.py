@@ -287,10 +287,13 @@ def test_configs_the_planner_refuses(config: dict[str, Any], message: str) -> No
 
 
 def test_plan_table() -> None:
-    """One aligned Markdown row per scene; a scene without a plan shows its reason."""
+    """One host's table: an aligned Markdown row per scene within 120 columns, a scene without a plan with its
+    reason, each scene's model and KV shape, and a legend."""
     good = {"host": "h", **plan(QWEN_AWQ, RTX3090)}
-    table = planner.plan_table([good, {"host": "h", "scene": "batch", "problem": "why"}]).splitlines()
-    assert table[0].startswith("| host | scene    | device") and set(table[1]) == {"|", "-"}
-    assert "| 289,456 " in table[2] and "| 18,091 " in table[2] and table[2].endswith("| yes  |")
-    assert table[3].startswith("| h    | batch    | no plan: why ")
-    assert len({len(line) for line in table[:3]}) == 1
+    table = planner.plan_table([good, {"host": "h", "scene": "batch", "model": "m", "problem": "why"}]).splitlines()
+    assert table[0].startswith("| scene    | GPUs       | util |") and set(table[1]) == {"|", "-"}
+    assert table[2].startswith("| realtime | 0 RTX 3090 | 0.90 |") and "| 289,456 " in table[2]
+    assert table[2].endswith("| yes  |") and table[3].startswith("| batch    | no plan: why ")
+    assert len({len(line) for line in table[:3]}) == 1 and max(len(line) for line in table) <= 120, table
+    assert table[4].startswith("realtime: model qwen") and "18,091 blocks" in table[4] and table[5] == "batch: model m"
+    assert table[6].startswith("GiB: budget = ")

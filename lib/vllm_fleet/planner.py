@@ -436,23 +436,32 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-TABLE_COLUMNS = [("scene", "scene"), ("device", "device"), ("model", "model"), ("utilization", "util"),
-                 ("budget_gib", "budget GiB"), ("weights_gib", "weights GiB"), ("reserve_gib", "reserve GiB"),
-                 ("kv_cache_gib", "KV GiB"), ("kv_bytes_per_token", "KV B/token"), ("kv_tokens", "KV tokens"),
-                 ("kv_blocks", "blocks"), ("max_model_len", "max len"), ("max_concurrency", "conc @ max len"),
-                 ("decode_floor_ms", "decode floor ms"), ("fits", "fits")]
+TABLE_COLUMNS = [("scene", "scene"), ("device", "GPUs"), ("utilization", "util"), ("budget_gib", "budget"),
+                 ("weights_gib", "weights"), ("reserve_gib", "reserve"), ("kv_cache_gib", "KV"),
+                 ("kv_tokens", "KV tokens"), ("max_model_len", "max len"), ("max_concurrency", "conc"),
+                 ("decode_floor_ms", "floor"), ("fits", "fits")]
+TABLE_LEGEND = ("GiB: budget = the card's memory x util; reserve = activations, CUDA graphs, workspaces; KV = KV cache.\n"
+                "conc: sequences of max len the KV cache holds at once; fits: one max-len sequence fits.\n"
+                "floor: the decode ms per token the card's memory bandwidth allows at best.")
 
 
 def plan_table(plans: list[Plan]) -> str:
-    """Render plans as an aligned Markdown table (host, scene, memory split, KV tokens, concurrency, decode floor)."""
-    header = ["host"] + [title for _, title in TABLE_COLUMNS]
-    rows = [[plan["host"], plan["scene"], f"no plan: {plan['problem']}"] if plan.get("problem")
-            else [plan["host"]] + [_cell(plan.get(key)) for key, _ in TABLE_COLUMNS] for plan in plans]
-    # A scene without a plan has its reason in the device column; it does not widen the columns of the others.
+    """Render one host's plans as an aligned Markdown table within 120 columns, each scene's model and KV shape
+    below it, and a legend."""
+    header = [title for _, title in TABLE_COLUMNS]
+    rows = [[plan["scene"], f"no plan: {plan['problem']}"] if plan.get("problem")
+            else [_cell(plan.get(key)) for key, _ in TABLE_COLUMNS] for plan in plans]
+    for row in rows:
+        row[1] = row[1].replace("GPU ", "")  # the column says GPUs: "0 RTX 3090"
+    # A scene without a plan has its reason in the GPUs column; it does not widen the columns of the others.
     widths = [max(len(row[i]) for row in [header] + rows if len(row) == len(header)) for i in range(len(header))]
 
     def line(cells: list[str]) -> str:
         """Join one row's cells, padded to the column widths."""
         return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
 
-    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in rows])
+    shapes = [f"{plan['scene']}: model {plan['model']}" + ("" if plan.get("problem") else
+              f", {_cell(plan.get('kv_bytes_per_token'))} B of KV per token, {_cell(plan.get('kv_blocks'))} blocks")
+              for plan in plans]
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in rows]
+                     + shapes + [TABLE_LEGEND])
