@@ -46,7 +46,7 @@ def test_impossible_plan_is_refused_before_any_change() -> None:
     result = plan("-e", f"@{REPO / 'inventory' / 'extra-vars' / 'impossible-plan.yml'}")
     assert result.returncode != 0
     assert "failed=1" in result.stdout
-    for needle in ("gpu-3090-a:", "vllm_scenes_list[name=realtime].engine_args.max_model_len",
+    for needle in ("fatal: [gpu-3090-a]: ", "vllm_scenes_list[name=realtime].engine_args.max_model_len",
                    "lower max_model_len to", "give each scene its own GPU"):
         assert needle in result.stdout, needle
     assert "changed=0" in result.stdout and "changed=1" not in result.stdout
@@ -73,7 +73,10 @@ def test_a_bad_host_fails_alone(tmp_path: Path) -> None:
     counters = recap(result.stdout)
     assert counters["gpu-3090-a"]["failed"] == 1, result.stdout[-3000:]
     assert counters["gpu-3090-b"]["failed"] == counters["gpu-4090-a"]["failed"] == 0, result.stdout[-3000:]
-    assert "give each scene its own GPU" in result.stdout
+    # One line per problem, once, as host, variable and fix: no error block with its Origin repeating it.
+    refusals = [line for line in result.stdout.splitlines() if line.startswith("fatal: [gpu-3090-a]: ")]
+    assert len(refusals) == 1 and "give each scene its own GPU" in refusals[0], result.stdout[-3000:]
+    assert "[ERROR]" not in result.stdout and "Origin:" not in result.stdout
     # The good hosts went on to the next play (a play keyword's "{{ ... }}" once made every host stop here).
     assert "PLAY [All or nothing" in result.stdout and "NO MORE HOSTS LEFT" not in result.stdout
 
@@ -83,4 +86,22 @@ def test_all_or_nothing_stops_every_host(tmp_path: Path) -> None:
     result = plan("-e", "vllm_fleet_preflight_all_or_nothing=true", inventory=one_bad_host(tmp_path))
     counters = recap(result.stdout)
     assert all(counters[host]["failed"] == 1 for host in ("gpu-3090-a", "gpu-3090-b", "gpu-4090-a")), result.stdout
-    assert "gpu-3090-b: not changed: gpu-3090-a failed its checks" in result.stdout
+    assert "fatal: [gpu-3090-b]: gpu-3090-b: not changed: gpu-3090-a failed its checks" in result.stdout
+
+
+def test_bad_engine_arguments_are_one_line_each(tmp_path: Path) -> None:
+    """A misspelt argument and a percentage for a fraction: one line each, the closest name, before any change."""
+    inventory = one_bad_host(tmp_path)
+    (inventory / "host_vars" / "gpu-4090-a.yml").write_text(
+        (EXAMPLE / "host_vars" / "gpu-4090-a.yml").read_text() + "\nvllm_scenes_list:\n  - name: realtime\n"
+        "    engine_args: {max_num_seq: 32, gpu_memory_utilization: '90%'}\n")
+    result = plan(inventory=inventory)
+    refusals = [line for line in result.stdout.splitlines() if line.startswith("fatal: [gpu-4090-a]: ")]
+    assert refusals == [
+        "fatal: [gpu-4090-a]: gpu-4090-a: vllm_scenes_list[name=realtime].engine_args.gpu_memory_utilization: '90%' is "
+        "not a "
+        "number such as 0.9, which vllm 0.33.0 takes here; give a number such as 0.9",
+        "fatal: [gpu-4090-a]: gpu-4090-a: vllm_scenes_list[name=realtime].engine_args.max_num_seq: vllm 0.33.0 has no "
+        "such "
+        "argument; did you mean max_num_seqs?"], result.stdout[-3000:]
+    assert recap(result.stdout)["gpu-3090-b"]["failed"] == 0 and "changed=1" not in result.stdout

@@ -94,6 +94,11 @@ def _fits(entry: dict[str, Any], value: Any) -> bool:
     return isinstance(value, (str, int, float)) and not isinstance(value, bool)
 
 
+def wrong_kinds(engine_args: dict[str, Any], table: Table) -> list[str]:
+    """Return the names of the known arguments whose values are not of the kind the release takes."""
+    return [name for name, value in engine_args.items() if name in table["args"] and not _fits(table["args"][name], value)]
+
+
 def _kind_words(entry: dict[str, Any]) -> str:
     """Say what values an argument takes, for a message."""
     words = {"bool": "true or false", "int": "an integer", "float": "a number such as 0.9",

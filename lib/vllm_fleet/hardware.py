@@ -283,20 +283,24 @@ def problems(host: str, scenes: list[dict[str, Any]], plans: list[dict[str, Any]
     except PlanError as error:
         return {"errors": [f"{host}: {error}"], "warnings": []}
     by_scene = {p["scene"]: p for p in plans}
-    findings = [f for s in scenes for f in fit_findings(host, s, by_scene.get(s["name"], {"problem": "not planned"}))]
-    findings += [f for s in scenes for f in length_findings(host, s, by_scene.get(s["name"], {}))]
-    findings += [f for s in scenes for f in option_findings(host, s, flavour, vllm_version)]
+    arguments = argument_findings(host, scenes, flavour, vllm_version)
+    # The other rules read the engine arguments as numbers and flags: a scene with one of the wrong kind is left to
+    # its argument errors.
+    table = release_args.load_table(flavour, vllm_version)
+    checked = [s for s in scenes if not (table and release_args.wrong_kinds(s["engine_args"], table))]
+    findings = [f for s in checked for f in fit_findings(host, s, by_scene.get(s["name"], {"problem": "not planned"}))]
+    findings += [f for s in checked for f in length_findings(host, s, by_scene.get(s["name"], {}))]
+    findings += [f for s in checked for f in option_findings(host, s, flavour, vllm_version)]
     # An argument a rule above explains (removed in which release, and what replaces it) is not named again.
     explained = {message.split(": ")[1] for level, message in findings if level == ERROR}
-    findings += [f for f in argument_findings(host, scenes, flavour, vllm_version)
-                 if f[1].split(": ")[1] not in explained]
+    findings += [f for f in arguments if f[1].split(": ")[1] not in explained]
     gpus = {g.get("index"): g for g in (gpus_fact or {}).get("gpus") or []}
     if flavour == "cuda" and gpus:
         findings += [(ERROR, f"{host}: vllm_scenes_list: {message}") for s in scenes
                      for message in scene_model.gpu_problems(s, sorted(gpus))]
-        findings += [f for s in scenes for f in parallel_findings(host, s, by_scene.get(s["name"], {}), gpus)]
-        findings += shared_gpu_findings(host, scenes, gpus, vllm_version)
-        findings += [f for s in scenes for index in s["gpus"] if index in gpus
+        findings += [f for s in checked for f in parallel_findings(host, s, by_scene.get(s["name"], {}), gpus)]
+        findings += shared_gpu_findings(host, checked, gpus, vllm_version)
+        findings += [f for s in checked for index in s["gpus"] if index in gpus
                      for f in card_findings(host, s, gpus[index], vllm_version)]
         findings += driver_findings(host, gpus_fact or {}, vllm_version, target_branch)
     unique = list(dict.fromkeys(findings))  # a rule met on two GPUs of one scene says so once

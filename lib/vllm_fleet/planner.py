@@ -419,6 +419,9 @@ def plan_host(scenes: list[dict[str, Any]], host: str, gpus_fact: Optional[dict[
         except PlanError as error:
             plan = {"scene": scene["name"], "model": scene["model"], "gpus": scene["gpus"], "fits": None,
                     "problem": str(error).removeprefix(f"{where}: ")}
+        except (TypeError, ValueError) as error:  # an engine argument of the wrong kind: its own check names it
+            plan = {"scene": scene["name"], "model": scene["model"], "gpus": scene["gpus"], "fits": None,
+                    "problem": f"an engine argument has the wrong kind ({error})"}
         out.append({"host": host, **plan})
     return out
 

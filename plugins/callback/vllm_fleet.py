@@ -1,0 +1,49 @@
+"""Ansible's default screen output, with the kit's refusals printed once, on their own lines."""
+
+from __future__ import annotations
+
+DOCUMENTATION = """
+    name: vllm_fleet
+    type: stdout
+    short_description: Ansible's default output, with each refusal printed once
+    description:
+      - Ansible's default callback, except for the tasks the kit fails on purpose (assert, fail), whose message is
+        shown once, one line per problem after the host's fatal label, without the error block that repeats it
+        with its Origin and without the bookkeeping keys of assert. Errors of any other task are shown as Ansible
+        shows them.
+    extends_documentation_fragment:
+      - default_callback
+      - result_format_callback
+"""
+
+# Ansible's plugin layout puts the documentation block above the imports.
+from typing import Any  # noqa: E402
+
+from ansible import constants as C  # noqa: E402
+from ansible.plugins.callback.default import CallbackModule as DefaultCallback  # noqa: E402
+
+REFUSALS = {"assert", "fail", "ansible.builtin.assert", "ansible.builtin.fail"}
+
+
+class CallbackModule(DefaultCallback):
+    """The default callback with the kit's refusals reduced to their message, one line per problem."""
+
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "stdout"
+    CALLBACK_NAME = "vllm_fleet"
+
+    def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
+        """Print a refusal's message once, a line per problem; anything else as Ansible does."""
+        message = result.result.get("msg")
+        if result.task.action not in REFUSALS or not isinstance(message, str) or result.task.loop:
+            super().v2_runner_on_failed(result, ignore_errors)
+            return
+        if self._last_task_banner != result.task._uuid:  # noqa: SLF001 - the default callback's own bookkeeping
+            self._print_task_banner(result.task)
+        self._handle_warnings(result.result)
+        host = self.host_label(result)
+        for line in message.splitlines():
+            self._display.display(f"fatal: [{host}]: {line}", color=C.COLOR_ERROR,
+                                  stderr=self.get_option("display_failed_stderr"))
+        if ignore_errors:
+            self._display.display("...ignoring", color=C.COLOR_SKIP)
