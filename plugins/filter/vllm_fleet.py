@@ -98,6 +98,7 @@ class FilterModule:
             "vllm_fleet_gateway_routes": gateway.routes,
             "vllm_fleet_gateway_scene_limits": gateway.scene_limits,
             "vllm_fleet_gateway_scene_tls_name": gateway.scene_tls_name,
+            "vllm_fleet_gateway_server_name": gateway.server_name,
             "vllm_fleet_gateway_scene_tls_names": gateway.scene_tls_names,
             "vllm_fleet_gateway_models_document": gateway.models_document,
             "vllm_fleet_gateway_first_user": gateway.first_user,

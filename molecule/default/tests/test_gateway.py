@@ -127,6 +127,22 @@ def test_nothing_answers_off_host_but_the_gateway(host: testinfra.host.Host) -> 
         assert answer.startswith("refused: ") and "CERTIFICATE_REQUIRED" in answer.upper(), answer
 
 
+def test_the_ingress_routes_each_request_by_the_gateways_server_header(host: testinfra.host.Host) -> None:
+    """With the gateway's client certificate, a request goes to the scene its x-vllm-fleet-server header names
+    (written by the gateway for the server each request is sent to), whatever the connection's TLS name; without
+    the header (the gateway's health checks), by the TLS name."""
+    gpu = GPU_HOSTS[0]
+    address = lab_host(gpu).ansible.get_variables()["ansible_host"]
+
+    def served(header: str) -> str:
+        """Return the model ids the ingress's answer to GET /v1/models lists, over a connection named realtime."""
+        curl = ["curl", "-s", "--cacert", "/etc/vllm-gateway/fleet-ca.pem", "--cert", "/etc/vllm-gateway/client.pem",
+                "--resolve", f"realtime.{gpu}:9443:{address}", f"https://realtime.{gpu}:9443/v1/models"]
+        answer = host.check_output(" ".join(curl + (["-H", f"'x-vllm-fleet-server: {header}'"] if header else [])))
+        return " ".join(sorted(model["id"] for model in json.loads(answer)["data"]))
+    assert (served(f"{gpu}:batch"), served(f"{gpu}:realtime"), served("")) == (BATCH_MODEL, MODEL, MODEL)
+
+
 def test_the_gateway_and_every_ingress_unit_are_hardened(host: testinfra.host.Host) -> None:
     """The HAProxy units the kit installs score at most MAX_EXPOSURE in systemd-analyze security."""
     scores = {GATEWAY: exposure(host, "vllm-gateway.service"),
@@ -188,7 +204,8 @@ def test_a_full_scene_passes_its_prefix_on(host: testinfra.host.Host) -> None:
     finally:
         runtime_api(f"set maxconn server {backend}/{sticky} {limit}")
     assert {status for status, _ in answers} == {200}, answers
-    assert sum(name == sticky for _, name in answers) >= 5 and {name for _, name in answers} - {sticky}, answers
+    # At most 1 + 4 wait for the sticky scene; how many of the 8 it gets depends on how fast the first ones end.
+    assert sum(name == sticky for _, name in answers) >= 2 and {name for _, name in answers} - {sticky}, answers
 
 
 def test_rate_limit_is_per_key(host: testinfra.host.Host) -> None:
