@@ -77,6 +77,10 @@ def test_a_bad_host_fails_alone(tmp_path: Path) -> None:
     refusals = [line for line in result.stdout.splitlines() if line.startswith("fatal: [gpu-3090-a]: ")]
     assert len(refusals) == 1 and "give each scene its own GPU" in refusals[0], result.stdout[-3000:]
     assert "[ERROR]" not in result.stdout and "Origin:" not in result.stdout
+    # The play's end names each failed host and why, in one line.
+    summary = result.stdout.split("FAILED HOSTS")[1].strip().splitlines()[1:]
+    assert len(summary) == 1 and summary[0].startswith("gpu-3090-a: GPU 0 (NVIDIA GeForce RTX 3090"), summary
+    assert summary[0].endswith("(task: Refuse plans and options the hardware cannot run)")
     # The good hosts went on to the next play (a play keyword's "{{ ... }}" once made every host stop here).
     assert "PLAY [All or nothing" in result.stdout and "NO MORE HOSTS LEFT" not in result.stdout
 

@@ -32,8 +32,37 @@ class CallbackModule(DefaultCallback):
     CALLBACK_TYPE = "stdout"
     CALLBACK_NAME = "vllm_fleet"
 
+    def __init__(self) -> None:
+        """Start with no failure seen."""
+        super().__init__()
+        self._why: dict[str, str] = {}  # each host's last failure: the one that stopped it, unless rescued
+
+    def _note(self, result: Any, kind: str) -> None:
+        """Keep one line on why a host failed: the first line of the message, and the task."""
+        lines = str(result.result.get("msg") or kind).strip().splitlines() or [kind]
+        more = f"; {len(lines) - 1} more problem(s) above" if len(lines) > 1 else ""
+        self._why[result._host.get_name()] = f"{lines[0]} (task: {result.task.get_name()}{more})"  # noqa: SLF001
+
+    def v2_runner_on_unreachable(self, result: Any) -> None:
+        """Note and print an unreachable host as Ansible does."""
+        self._note(result, "unreachable")
+        super().v2_runner_on_unreachable(result)
+
+    def v2_playbook_on_stats(self, stats: Any) -> None:
+        """Print Ansible's recap, then one line per host that failed or was unreachable, saying why."""
+        super().v2_playbook_on_stats(stats)
+        failed = [host for host in sorted(stats.processed) if stats.summarize(host)["failures"]
+                  or stats.summarize(host)["unreachable"]]
+        if failed:
+            self._display.banner("FAILED HOSTS")
+            for host in failed:
+                reason = self._why.get(host, "see above")
+                self._display.display(f"{host}: {reason.removeprefix(f'{host}: ')}", color=C.COLOR_ERROR)
+
     def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
         """Print a refusal's message once, a line per problem; anything else as Ansible does."""
+        if not ignore_errors:
+            self._note(result, "failed")
         message = result.result.get("msg")
         if result.task.action not in REFUSALS or not isinstance(message, str) or result.task.loop:
             super().v2_runner_on_failed(result, ignore_errors)
