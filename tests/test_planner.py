@@ -1,4 +1,4 @@
-"""The capacity planner against hand-computed cases, the field reports (seeds.md) and a real H200 run (gpu-host.md)."""
+"""The capacity planner against hand-computed cases, the field reports and a real H200 run (both in docs/sources.md)."""
 
 import base64
 import json
@@ -67,7 +67,7 @@ def test_weight_bytes_from_the_shapes() -> None:
     linear = 28 * per_layer  # 6,525,288,448 parameters
     embeddings = 2 * 152064 * 3584 * 2  # input table and lm_head, 16 bits each: 2,179,989,504 B
     awq = linear // 2 + linear // 128 * 2 + linear // 128 // 2  # 4-bit weights, one fp16 scale and 4-bit zero per 128
-    assert arch(QWEN_AWQ).weight_bytes == awq + embeddings == 5_570_080_768  # 5.19 GiB; ~5.6 GB on disk (seeds.md)
+    assert arch(QWEN_AWQ).weight_bytes == awq + embeddings == 5_570_080_768  # 5.19 GiB; ~5.6 GB on disk (docs/sources.md)
     assert arch(QWEN_BF16).weight_bytes == linear * 2 + embeddings == 15_230_566_400  # 14.18 GiB
     # Llama-3.1-8B: 32 layers of 4096x4096 (q, o), 4096x1024 (k, v), 3 x 4096x14336, and 128,256 x 4096 embeddings.
     assert arch(LLAMA).weight_bytes == (32 * (4096 * 4096 * 2 + 4096 * 1024 * 2 + 3 * 4096 * 14336)
@@ -152,7 +152,7 @@ def test_qwen_awq_realtime_on_a_3090_by_hand() -> None:
     (QWEN_BF16, 0.1538, 16, 109_760),  # the dense BF16 run
 ])
 def test_h200_measurements_within_five_percent(repo: str, utilization: float, seqs: int, measured: int) -> None:
-    """The real H200 runs of gpu-host.md with the budgets of a 24 GiB card: the planner lands within 5% (here 1.2%)."""
+    """The real H200 runs of docs/sources.md with the budgets of a 24 GiB card: the planner lands within 5% (here 1.2%)."""
     result = plan(repo, H200, gpu_memory_utilization=utilization, max_num_seqs=seqs)
     assert result["max_num_batched_tokens"] == 8192  # vLLM's default on a card of 70 GiB and more
     assert result["kv_tokens"] == pytest.approx(measured, rel=0.015)
