@@ -115,6 +115,16 @@ def resolve_scenes(scenes: list[Scene], presets: dict[str, Scene], models: dict[
     return resolved
 
 
+def resolve_problem(scenes: list[Scene], presets: dict[str, Scene], models: dict[str, dict[str, Any]],
+                    gpus_fact: dict[str, Any] | None, var: str) -> str:
+    """Return why a host's scene list cannot be resolved (one line naming the variable and the fix), "" when it can."""
+    try:
+        apply_memory_budgets(resolve_scenes(scenes, presets, models, var), gpus_fact, var)
+    except FleetError as error:
+        return str(error)
+    return ""
+
+
 def apply_memory_budgets(scenes: list[Scene], gpus_fact: dict[str, Any] | None, var: str) -> list[Scene]:
     """Turn each scene's memory_budget_gib into the gpu_memory_utilization of its smallest GPU (rounded down)."""
     cards = {gpu.get("index"): gpu.get("memory_total_mib") for gpu in (gpus_fact or {}).get("gpus", [])}

@@ -47,6 +47,7 @@ class FilterModule:
         """Return the filters by name."""
         return {
             "vllm_fleet_resolve_scenes": _guarded(scenes.resolve_scenes),
+            "vllm_fleet_scenes_problem": scenes.resolve_problem,
             "vllm_fleet_apply_memory_budgets": _guarded(scenes.apply_memory_budgets),
             "vllm_fleet_scene_config": _guarded(scenes.config_file),
             "vllm_fleet_exposure_problems": _guarded(scenes.exposure_problems),
