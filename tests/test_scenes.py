@@ -173,7 +173,7 @@ def test_local_url_reaches_wildcards_over_loopback(listen: str, url: str) -> Non
 def test_custom_presets_are_checked_like_scenes() -> None:
     """A custom preset's misspelt key is refused naming the preset, and the error says where presets go."""
     presets = {**PRESETS, "nightly": {"port": 8100, "engine_arg": {"max_num_seqs": 8}}}
-    with pytest.raises(scenes.SceneError, match=r"vllm_scenes_custom_presets.nightly \(the preset of "
+    with pytest.raises(scenes.SceneError, match=r"^vllm_scenes_custom_presets.nightly \(the preset of "
                                                 r"vllm_scenes_list\[name=n\]\): unknown key 'engine_arg'; did you mean "
                                                 r"engine_args\?"):
         scenes.resolve_scenes([{"name": "n", "preset": "nightly"}], presets, MODELS)

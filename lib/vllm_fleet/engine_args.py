@@ -95,8 +95,10 @@ def _fits(entry: dict[str, Any], value: Any) -> bool:
 
 
 def wrong_kinds(engine_args: dict[str, Any], table: Table) -> list[str]:
-    """Return the names of the known arguments whose values are not of the kind the release takes."""
-    return [name for name, value in engine_args.items() if name in table["args"] and not _fits(table["args"][name], value)]
+    """Return the names of the known arguments whose values are not of the kind the release takes (or, for a
+    fraction, outside (0, 1])."""
+    return [name for name, value in engine_args.items() if name in table["args"] and (
+        not _fits(table["args"][name], value) or (name in FRACTIONS and not 0 < value <= 1))]
 
 
 def _kind_words(entry: dict[str, Any]) -> str:

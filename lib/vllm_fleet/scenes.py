@@ -56,8 +56,10 @@ def resolve_scene(scene: Scene, presets: dict[str, Scene], models: dict[str, dic
         raise SceneError(f"{where}: no preset {preset_name!r}; set preset to one of {sorted(presets)} "
                          "or add it to vllm_scenes_custom_presets")
     preset = presets[preset_name]
-    _refuse_unknown_keys(f"vllm_scenes_custom_presets.{preset_name} (the preset of {where})", preset)
-    for layer, label in ((scene, where), (preset, f"vllm_scenes_custom_presets.{preset_name}")):
+    host, _, list_var = var.rpartition(": ")
+    preset_var = f"{host + ': ' if host else ''}vllm_scenes_custom_presets.{preset_name}"
+    _refuse_unknown_keys(f"{preset_var} (the preset of {list_var}[name={name}])", preset)
+    for layer, label in ((scene, where), (preset, preset_var)):
         if not isinstance(layer.get("engine_args", {}), dict):
             raise SceneError(f"{label}.engine_args: {layer['engine_args']!r} must be a mapping of engine arguments "
                              "such as {max_num_seqs: 16}")
