@@ -69,6 +69,7 @@ bench: setup lab-model  ## timings (medians over several runs), see docs/benchma
 	$(BIN)/python benchmarks/lab_bench.py
 	$(BIN)/python benchmarks/main_job_bench.py
 	$(BIN)/python benchmarks/rollout_bench.py
+	$(BIN)/python benchmarks/check_bench.py
 	$(BIN)/python benchmarks/gateway_bench.py
 
 clean: lab-down

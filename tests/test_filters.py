@@ -13,3 +13,10 @@ def test_filters_used_and_provided_match() -> None:
     provided = set(filter_plugin().FilterModule().filters())
     assert used - provided == set(), f"filters used but not provided: {sorted(used - provided)}"
     assert provided - used == set(), f"filters provided but unused: {sorted(provided - used)}"
+
+
+def test_host_values_are_none_where_a_host_has_none() -> None:
+    """Each host's variable by name; None for a host without it or outside the inventory."""
+    hostvars = {"a": {"vllm_scenes_resolved": [1]}, "b": {}}
+    host_values = filter_plugin().FilterModule().filters()["vllm_fleet_host_values"]
+    assert host_values(["a", "b", "c"], hostvars, "vllm_scenes_resolved") == {"a": [1], "b": None, "c": None}

@@ -100,8 +100,9 @@ def backend_problems(scenes_by_host: dict[str, Any], endpoints_by_host: dict[str
     problems = []
     unknown = sorted(h for h, scenes in scenes_by_host.items() if scenes is None or endpoints_by_host.get(h) is None)
     if unknown:
-        problems.append(f"the scenes of {', '.join(unknown)} are unknown to this run: run the gateway together with "
-                        "its GPU hosts (-l gateways,gpu_hosts, or no limit)")
+        problems.append(f"the scenes of {', '.join(unknown)} are unknown to this run (they failed their checks, or "
+                        "the run left them out): fix them, or run the gateway together with its GPU hosts "
+                        "(-l gateways,gpu_hosts, or no limit)")
     disabled = sorted(h for h, e in endpoints_by_host.items() if e is not None and not e.get("enabled", True))
     if disabled:
         problems.append(f"{', '.join(disabled)} run no ingress (vllm_ingress_enabled false): enable it, or take "

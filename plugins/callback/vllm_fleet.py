@@ -36,12 +36,19 @@ class CallbackModule(DefaultCallback):
         """Start with no failure seen."""
         super().__init__()
         self._why: dict[str, str] = {}  # each host's last failure: the one that stopped it, unless rescued
+        self._item_failed = ""  # the host whose loop item failed last: its loop's failure says no more
 
     def _note(self, result: Any, kind: str) -> None:
         """Keep one line on why a host failed: the first line of the message, and the task."""
         lines = str(result.result.get("msg") or kind).strip().splitlines() or [kind]
         more = f"; {len(lines) - 1} more problem(s) above" if len(lines) > 1 else ""
         self._why[result._host.get_name()] = f"{lines[0]} (task: {result.task.get_name()}{more})"  # noqa: SLF001
+
+    def v2_runner_item_on_failed(self, result: Any) -> None:
+        """Note a failed loop item's own message (the loop's is only "One or more items failed")."""
+        self._note(result, "failed")
+        self._item_failed = result._host.get_name()  # noqa: SLF001
+        super().v2_runner_item_on_failed(result)
 
     def v2_runner_on_unreachable(self, result: Any) -> None:
         """Note and print an unreachable host as Ansible does."""
@@ -61,8 +68,9 @@ class CallbackModule(DefaultCallback):
 
     def v2_runner_on_failed(self, result: Any, ignore_errors: bool = False) -> None:
         """Print a refusal's message once, a line per problem; anything else as Ansible does."""
-        if not ignore_errors:
+        if not ignore_errors and not (result.task.loop and self._item_failed == result._host.get_name()):  # noqa: SLF001
             self._note(result, "failed")
+        self._item_failed = ""
         message = result.result.get("msg")
         if result.task.action not in REFUSALS or not isinstance(message, str) or result.task.loop:
             super().v2_runner_on_failed(result, ignore_errors)

@@ -29,6 +29,12 @@ def inputs_digest(host_vars: Any, kit: str, controller_paths: list[str]) -> str:
                                  getattr(host_vars, "_vars", None))
 
 
+def host_values(hosts: list[str], hostvars: Any, name: str) -> dict[str, Any]:
+    """Return each host's variable by host name, None where the host has none (it failed this run, or the run left
+    it out); Jinja's map(attribute=..., default=...) raises instead on hostvars in ansible-core 2.19."""
+    return {host: hostvars[host].get(name) if host in hostvars else None for host in hosts}
+
+
 def _guarded(function: Callable[..., Any]) -> Callable[..., Any]:
     """Turn the kit's errors into Ansible filter errors carrying the same message."""
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -46,6 +52,7 @@ class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         """Return the filters by name."""
         return {
+            "vllm_fleet_host_values": host_values,
             "vllm_fleet_resolve_scenes": _guarded(scenes.resolve_scenes),
             "vllm_fleet_scenes_problem": scenes.resolve_problem,
             "vllm_fleet_apply_memory_budgets": _guarded(scenes.apply_memory_budgets),
