@@ -233,6 +233,7 @@ def test_pull_request_pipeline() -> None:
     assert check["if"] == "github.event.pull_request.head.repo.full_name == github.repository"
     run = step_running(check, "ansible-playbook site.yml")
     assert 'ansible-playbook site.yml -i "$FLEET_INVENTORY" --check --diff 2>&1 | tee preview/check-diff.log' in run["run"]
+    assert run["run"].index("ansible-playbook playbooks/check.yml") < run["run"].index("ansible-playbook site.yml")
     comment = next(s for s in steps_of(check) if s.get("uses", "").startswith("actions/github-script@"))
     assert "preview/report.md" in comment["with"]["script"] and check_diff_report.MARKER in comment["with"]["script"]
     assert "updateComment" in comment["with"]["script"] and "createComment" in comment["with"]["script"]
@@ -275,6 +276,8 @@ def test_nightly_pipeline() -> None:
 
 STUB = """#!/usr/bin/env bash
 # A stub ansible-playbook: records its arguments and how the secret files look, prints a canned log, exits $STUB_RC.
+# check.yml (the input checks before the preview) passes, noted in $STUB_RECORD.checks.
+if [ "$1" = playbooks/check.yml ]; then echo "argv=$*" >> "$STUB_RECORD.checks"; exit 0; fi
 {
   echo "argv=$*"
   for var in ANSIBLE_PRIVATE_KEY_FILE ANSIBLE_VAULT_IDENTITY_LIST ANSIBLE_SSH_COMMON_ARGS; do echo "$var=${!var}"; done
@@ -355,6 +358,7 @@ def test_pr_check_steps_run_as_on_github(tmp_path: Path, stub_ansible: Path) -> 
     assert failed_step == "Fail when the check failed"
     record = key_values(tmp_path / "record")
     assert record["argv"] == "site.yml -i inventory/production --check --diff"
+    assert key_values(tmp_path / "record.checks")["argv"] == "playbooks/check.yml -i inventory/production"
     assert record["vault_mode"] == "600 key_mode=600" and record["vault_content"] == FAKE_SECRETS["FLEET_VAULT_PASSWORD"]
     assert "UserKnownHostsFile=" in record["ANSIBLE_SSH_COMMON_ARGS"] and "StrictHostKeyChecking=yes" in record[
         "ANSIBLE_SSH_COMMON_ARGS"]
@@ -461,6 +465,7 @@ def test_gitlab_check_diff_runs_as_on_gitlab(tmp_path: Path, stub_ansible: Path)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "no FLEET_GITLAB_TOKEN" in result.stdout
         record = key_values(tmp_path / "record")
+        assert key_values(tmp_path / "record.checks")["argv"] == "playbooks/check.yml -i inventory/production"
         assert record["vault_mode"] == "600 key_mode=600"
         assert record["ANSIBLE_VAULT_IDENTITY_LIST"] == f"fleet@{secrets_dir}/vault-password"
         assert stat.S_IMODE(secrets_dir.stat().st_mode) == 0o700
