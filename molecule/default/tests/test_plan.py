@@ -30,9 +30,12 @@ def test_plan_rows_match_the_kv_cache_vllm_reports(host: testinfra.host.Host) ->
     name = host.backend.get_hostname()
     output = plan()
     scenes = ["realtime", "batch"] if name == "mdef1" else ["realtime"]
+    # Each host's table is printed under its name: scene | GPUs | util | budget | weights | reserve | KV | KV tokens.
+    table = re.search(rf'ok: \[{name}\] => \{{\s*"msg": "([^"]*)"', output)
+    assert table, f"no plan of {name} in: {output[-2000:]}"
     for scene in scenes:
-        row = re.search(rf"\| {name} +\| {scene} +\| cpu +\|[^|]*\|[^|]*\|(?:[^|]*\|){{5}} *([\d,]+) *\|", output)
-        assert row, f"no plan row for {scene} in: {output[-2000:]}"
+        row = re.search(rf"\| {scene} +\| cpu +\|(?:[^|]*\|){{5}} *([\d,]+) *\|", table.group(1))
+        assert row, f"no plan row for {scene} in: {table.group(1)}"
         logged = host.check_output(f"journalctl -u vllm-scene-{scene} -o cat --no-pager | grep -o "
                                    "'CPU KV cache size: [0-9,]* tokens' | tail -1")
         assert logged == f"CPU KV cache size: {row.group(1)} tokens"

@@ -90,25 +90,27 @@ def changed_hosts(output: str, task: str) -> set[str]:
 
 
 def test_change_rejected_by_validation_restarts_nothing(host: testinfra.host.Host) -> None:
-    """An unknown engine argument stops the rollout at the canary's validation, with vLLM's message; nothing restarts."""
+    """A setting vLLM's parser refuses (an unknown field of the compilation config, which the controller's argument
+    table cannot see into) stops the rollout at the canary's validation, with vLLM's message; nothing restarts."""
     before, result, after = rollout("invalid")
     name = host.backend.get_hostname()
     assert result.returncode != 0, result.stdout[-3000:]
     assert f"{CANARY}: rollout failed at step validate" in result.stdout, result.stdout[-3000:]
-    assert "no_such_engine_argument" in result.stdout or "no-such-engine-argument" in result.stdout
+    assert "no_such_setting" in result.stdout
     assert "Nothing was changed or restarted" in result.stdout
     assert after[name] == before[name]
 
 
 def test_failure_at_start_up_restores_the_canary_and_spares_the_rest(host: testinfra.host.Host) -> None:
-    """max_model_len above the model's limit fails the canary at start: it is restored and verified, the rest untouched."""
+    """A quantization that contradicts the checkpoint's fails the canary at start: it is restored and verified, the rest
+    untouched. (max_model_len above the model's limit, used before, is now refused on the controller.)"""
     before, result, after = rollout("fails-at-start")
     name = host.backend.get_hostname()
     assert result.returncode != 0, result.stdout[-3000:]
     message = f"{CANARY}: rollout failed at step scenes"
     assert message in result.stdout, result.stdout[-4000:]
     reason = result.stdout.split(message, 1)[1][:3000]
-    assert "max_model_len" in reason, reason
+    assert "quantization" in reason, reason
     # The canary restarts what the change touched and verifies every scene it runs (mdef1 runs batch too).
     assert "restarted: realtime;" in reason and re.search(r"verified healthy: [\w, ]*\brealtime\b", reason), reason
     assert "later batches were not touched" in reason
