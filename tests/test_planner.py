@@ -290,10 +290,11 @@ def test_plan_table() -> None:
     """One host's table: an aligned Markdown row per scene within 120 columns, a scene without a plan with its
     reason, each scene's model and KV shape, and a legend."""
     good = {"host": "h", **plan(QWEN_AWQ, RTX3090)}
-    table = planner.plan_table([good, {"host": "h", "scene": "batch", "model": "m", "problem": "why"}]).splitlines()
+    table = planner.plan_table([good, {"host": "h", "scene": "batch", "model": "m",
+                                       "problem": "no NVIDIA GPU is visible"}]).splitlines()
     assert table[0].startswith("| scene    | GPUs       | util |") and set(table[1]) == {"|", "-"}
     assert table[2].startswith("| realtime | 0 RTX 3090 | 0.90 |") and "| 289,456 " in table[2]
-    assert table[2].endswith("| yes  |") and table[3].startswith("| batch    | no plan: why ")
+    assert table[2].endswith("| yes  |") and table[3].startswith("| batch    | no plan: no NVIDIA GPU is visible ")
     assert len({len(line) for line in table[:3]}) == 1 and max(len(line) for line in table) <= 120, table
     assert table[4].startswith("realtime: model qwen") and "18,091 blocks" in table[4] and table[5] == "batch: model m"
     assert table[6].startswith("GiB: budget = ")

@@ -452,10 +452,9 @@ def plan_table(plans: list[Plan]) -> str:
     """Render one host's plans as an aligned Markdown table within 120 columns, each scene's model and KV shape
     below it, and a legend."""
     header = [title for _, title in TABLE_COLUMNS]
+    # The column says GPUs, so a device "GPU 0 RTX 3090" is "0 RTX 3090" in it.
     rows = [[plan["scene"], f"no plan: {plan['problem']}"] if plan.get("problem")
-            else [_cell(plan.get(key)) for key, _ in TABLE_COLUMNS] for plan in plans]
-    for row in rows:
-        row[1] = row[1].replace("GPU ", "")  # the column says GPUs: "0 RTX 3090"
+            else [_cell(plan.get(key)).replace("GPU ", "") for key, _ in TABLE_COLUMNS] for plan in plans]
     # A scene without a plan has its reason in the GPUs column; it does not widen the columns of the others.
     widths = [max(len(row[i]) for row in [header] + rows if len(row) == len(header)) for i in range(len(header))]
 
