@@ -100,10 +100,9 @@ def test_scene_limits_are_each_scenes_max_num_seqs() -> None:
 
 
 def test_backend_problems() -> None:
-    """Hosts whose scenes or ingress are unknown, without an ingress, or serving unroutable names are named."""
+    """No host known at all, hosts without an ingress, or scenes serving unroutable names are named."""
     assert gateway.backend_problems(SCENES, ENDPOINTS) == []
-    unknown = gateway.backend_problems({**SCENES, "gpu3": None}, ENDPOINTS)
-    assert "the scenes of gpu3 are unknown to this run" in unknown[0]
+    assert "no GPU host's scenes are known" in gateway.backend_problems({}, {})[0]
     disabled = gateway.backend_problems(SCENES, {**ENDPOINTS, "gpu2": {"enabled": False}})
     assert "gpu2 run no ingress" in disabled[0]
     spaced = gateway.backend_problems({"gpu1": [{"name": "x", "served_model_name": "my model"}]}, ENDPOINTS)
@@ -145,3 +144,30 @@ def test_tls_problems() -> None:
     assert "is not valid before" in gateway.tls_problems(future, future_key)[0]
     assert gateway.tls_problems("junk", key) == ["the certificate is not PEM (-----BEGIN CERTIFICATE-----)"]
     assert gateway.tls_problems(cert, "junk") == ["the key is not an unencrypted PEM private key"]
+
+
+RECORD = gateway.backend_record(SCENES, ENDPOINTS)
+
+
+def test_backend_record_keeps_what_routes_need_and_nothing_else() -> None:
+    """The record holds each scene's name, served name and limit and the host's endpoint: routes from it are the
+    routes from the scenes themselves."""
+    assert RECORD["gpu2"] == {"scenes": [{"name": "realtime", "served_model_name": "qwen",
+                                          "engine_args": {"max-num-seqs": 16}}], "endpoint": ENDPOINTS["gpu2"]}
+    assert gateway.routes({h: r["scenes"] for h, r in RECORD.items()},
+                          {h: r["endpoint"] for h, r in RECORD.items()}) == gateway.routes(SCENES, ENDPOINTS)
+    assert "gpu3" not in gateway.backend_record({**SCENES, "gpu3": None}, ENDPOINTS)
+
+
+def test_hosts_out_of_the_run_keep_their_recorded_routes() -> None:
+    """A host that failed after resolving its scenes, or never resolved them, is routed as recorded; a host neither
+    live nor recorded is missing and named, and the others are routed as they are now."""
+    changed = {**SCENES, "gpu2": [{"name": "realtime", "served_model_name": "new", "engine_args": {}}]}
+    merged = gateway.backends({**changed, "gpu3": None}, ENDPOINTS, ["gpu1"], RECORD)
+    assert merged["scenes"] == {"gpu1": SCENES["gpu1"], "gpu2": RECORD["gpu2"]["scenes"]}
+    assert merged["carried"] == ["gpu2"] and merged["missing"] == ["gpu3"]
+    notes = gateway.backend_notes(merged)
+    assert notes[0].startswith("gpu2: routed as the gateway's last converge recorded it")
+    assert notes[1].startswith("gpu3: not routed")
+    assert gateway.backends(SCENES, ENDPOINTS, None, {})["scenes"] == SCENES
+    assert gateway.backends(SCENES, ENDPOINTS, [], None)["missing"] == ["gpu1", "gpu2"]

@@ -87,6 +87,11 @@ def test_failure_message_names_host_step_reason_and_restore() -> None:
     unverified = rollout.failure_message("lab1", "verify", "t", result, {**restore, "fact": None})
     assert "not verified" in unverified
     assert "Nothing was changed or restarted" in rollout.failure_message("lab1", "validate", "t", result, {})
+    converge = rollout.failure_message("lab1", "scenes", "Wait for the scenes", result, restore, "converge")
+    assert converge.startswith("lab1: converge failed at step scenes (task 'Wait for the scenes'): scene realtime")
+    assert "verified healthy: realtime." in converge and converge.endswith("The other hosts go on.")
+    preview = rollout.failure_message("lab1", "scenes", "t", result, None, "converge")
+    assert "Nothing was restored: a check-mode run changes nothing." in preview
 
 
 def test_failure_reason_of_a_loop_names_the_failed_item() -> None:
@@ -170,3 +175,7 @@ def test_failed_restore_message_gives_both_reasons() -> None:
                                               "Restore the snapshot", {"msg": "the recorded release is gone"})
     assert "step scenes (task 'Wait'): ValueError: max_model_len;" in message
     assert "(task 'Restore the snapshot'): the recorded release is gone." in message and "needs a person" in message
+    assert message.endswith("hosts of later batches were not touched.")
+    converge = rollout.restore_failure_message("lab1", "scenes", "Wait", {"msg": "x"}, "Restore", {"msg": "y"},
+                                               "converge")
+    assert converge.startswith("lab1: converge failed") and converge.endswith("The other hosts go on.")

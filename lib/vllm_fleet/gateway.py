@@ -95,14 +95,50 @@ def gateway_users(users: list[dict[str, Any]], keys: dict[str, str]) -> list[dic
              "max_concurrent": int(u.get("max_concurrent", 0))} for u in users]
 
 
+def backend_record(scenes_by_host: dict[str, Any], endpoints_by_host: dict[str, Any]) -> dict[str, Any]:
+    """Return what the gateway keeps of the hosts it routes to, for a later run that cannot see some of them: each
+    scene's name, served name and limit, and the host's ingress endpoint."""
+    return {host: {"scenes": [{"name": s["name"], "served_model_name": s["served_model_name"],
+                               "engine_args": {"max-num-seqs": scene_limits([s])[s["name"]]}} for s in scenes],
+                   "endpoint": endpoints_by_host[host]}
+            for host, scenes in sorted(scenes_by_host.items())
+            if scenes is not None and endpoints_by_host.get(host) is not None}
+
+
+def backends(scenes_by_host: dict[str, Any], endpoints_by_host: dict[str, Any], live: list[str] | None,
+             record: dict[str, Any] | None) -> dict[str, Any]:
+    """Return the scenes and endpoints the gateway routes to: those of the GPU hosts still in this run (all that
+    resolved theirs when live is None), the others' as the gateway's last converge recorded them (this run did not
+    change them: they failed their checks or start, which restores them, or were left out), and which hosts were
+    carried over or are missing."""
+    merged: dict[str, Any] = {"scenes": {}, "endpoints": {}, "carried": [], "missing": []}
+    for host in sorted(scenes_by_host):
+        seen = scenes_by_host[host] is not None and endpoints_by_host.get(host) is not None
+        if seen and (live is None or host in live):
+            merged["scenes"][host], merged["endpoints"][host] = scenes_by_host[host], endpoints_by_host[host]
+        elif host in (record or {}):
+            merged["scenes"][host], merged["endpoints"][host] = record[host]["scenes"], record[host]["endpoint"]
+            merged["carried"].append(host)
+        else:
+            merged["missing"].append(host)
+    return merged
+
+
+def backend_notes(merged: dict[str, Any]) -> list[str]:
+    """Return one line per GPU host the gateway routes to as last recorded, or cannot route to at all."""
+    notes = [f"{host}: routed as the gateway's last converge recorded it (not changed by this run: it failed, or the "
+             "run left it out)" for host in merged["carried"]]
+    return notes + [f"{host}: not routed: its scenes are unknown to this run and to the gateway's record (it failed "
+                    "its checks, or the run left it out); the gateway routes to it once it converges with the gateway"
+                    for host in merged["missing"]]
+
+
 def backend_problems(scenes_by_host: dict[str, Any], endpoints_by_host: dict[str, Any]) -> list[str]:
-    """Return the GPU hosts the gateway cannot reach or whose scenes it cannot see, and names it cannot route."""
+    """Return why the gateway cannot route: no GPU host known at all, hosts without an ingress, unroutable names."""
     problems = []
-    unknown = sorted(h for h, scenes in scenes_by_host.items() if scenes is None or endpoints_by_host.get(h) is None)
-    if unknown:
-        problems.append(f"the scenes of {', '.join(unknown)} are unknown to this run (they failed their checks, or "
-                        "the run left them out): fix them, or run the gateway together with its GPU hosts "
-                        "(-l gateways,gpu_hosts, or no limit)")
+    if not scenes_by_host:
+        problems.append("no GPU host's scenes are known to this run or recorded by the gateway: run the gateway "
+                        "together with its GPU hosts (-l gateways,gpu_hosts, or no limit), and fix those that failed")
     disabled = sorted(h for h, e in endpoints_by_host.items() if e is not None and not e.get("enabled", True))
     if disabled:
         problems.append(f"{', '.join(disabled)} run no ingress (vllm_ingress_enabled false): enable it, or take "

@@ -29,11 +29,20 @@ def failure_reason(result: dict[str, Any] | None) -> str:
     return " ".join(str(text).split())[:1200] or "no message"
 
 
-def failure_message(host: str, step: str, task: str, result: dict[str, Any] | None, restore: dict[str, Any]) -> str:
-    """Return the message a host's failed rollout ends with: which host, which step and task, why, what was restored."""
-    return (f"{host}: rollout failed at step {step} (task '{task}'): {failure_reason(result)}. "
-            f"{'Nothing was changed or restarted.' if step == 'validate' else restore_summary(restore)} "
-            "The rollout stops here: hosts of later batches were not touched.")
+# How each kind of run ends for a failed host, after its restore: a rollout stops, a converge goes on elsewhere.
+RUN_ENDS = {"rollout": "The rollout stops here: hosts of later batches were not touched.",
+            "converge": "The other hosts go on."}
+
+
+def failure_message(host: str, step: str, task: str, result: dict[str, Any] | None, restore: dict[str, Any] | None,
+                    run: str = "rollout") -> str:
+    """Return the message a host's failed rollout or converge ends with: which host, step and task, why, and what
+    was restored."""
+    if step == "validate":
+        done = "Nothing was changed or restarted."
+    else:
+        done = restore_summary(restore) if restore else "Nothing was restored: a check-mode run changes nothing."
+    return f"{host}: {run} failed at step {step} (task '{task}'): {failure_reason(result)}. {done} {RUN_ENDS[run]}"
 
 
 def restore_summary(restore: dict[str, Any]) -> str:
@@ -48,8 +57,9 @@ def restore_summary(restore: dict[str, Any]) -> str:
 
 
 def restore_failure_message(host: str, step: str, task: str, result: dict[str, Any] | None, restore_task: str,
-                            restore_result: dict[str, Any] | None) -> str:
-    """Return the message of a host whose rollout step failed and whose restore failed too: both reasons."""
-    return (f"{host}: rollout failed at step {step} (task '{task}'): {failure_reason(result)}; and restoring the "
+                            restore_result: dict[str, Any] | None, run: str = "rollout") -> str:
+    """Return the message of a host whose rollout or converge step failed and whose restore failed too: both
+    reasons."""
+    return (f"{host}: {run} failed at step {step} (task '{task}'): {failure_reason(result)}; and restoring the "
             f"recorded state failed too (task '{restore_task}'): {failure_reason(restore_result)}. The host needs a "
-            "person. The rollout stops here: hosts of later batches were not touched.")
+            f"person. {RUN_ENDS[run]}")

@@ -10,7 +10,7 @@ description:
   - Talks to the gateway's HAProxy runtime API (its stats socket). The servers of host C(H) are those named
     C(H:<scene>) in any backend.
   - O(state=drain) stops new requests to them, those its prefix affinity holds for them included (HAProxy state
-    MAINT: requests in flight go on), and waits up to O(timeout) seconds for those in flight to finish; what is
+    MAINT, so requests in flight go on), and waits up to O(timeout) seconds for those in flight to finish; what is
     still running then is reported in RV(in_flight), not failed.
   - O(state=ready) puts them back and waits up to O(timeout) seconds for their health checks to pass; it fails
     when they are not up by then.
