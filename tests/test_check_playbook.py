@@ -3,14 +3,26 @@ controller-side check, no host contacted."""
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
 import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 
 from conftest import REPO
-from example_fleet import example_fleet
+from example_fleet import PINNED, example_fleet
+
+# A model the planner's catalog does not know, served by the loopback "hub" below with a Qwen2.5-7B-shaped config.
+NEW_REPO = "someorg/New-7B-AWQ"
+NEW_CONFIG = {"num_hidden_layers": 28, "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
+              "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": False,
+              "max_position_embeddings": 32768, "torch_dtype": "float16",
+              "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}
 
 
 def check(inventory: Path) -> subprocess.CompletedProcess[str]:
@@ -49,3 +61,59 @@ def test_bad_hosts_fail_alone_with_one_line_each(tmp_path: Path) -> None:
     for host in ("gpu-3090-b", "gpu-4090-a"):
         assert f"{host}: not routed: its scenes are unknown to this run" in done.stdout
     assert "gpu-3090-a                 : ok=" in done.stdout and "unreachable=1" not in done.stdout
+
+
+@contextmanager
+def hub(configs: dict[str, dict[str, object]]) -> Iterator[tuple[str, list[str]]]:
+    """Serve config.json files on loopback as the hub's API does (path -> content); yield its URL and the paths asked."""
+    asked: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the http.server API
+            """Answer a config.json the hub has, 404 otherwise."""
+            asked.append(self.path)
+            body = json.dumps(configs[self.path]).encode() if self.path in configs else b"{}"
+            self.send_response(200 if self.path in configs else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            """Keep the test's output quiet."""
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", asked
+    finally:
+        server.shutdown()
+
+
+def fleet_with_new_model(tmp_path: Path, endpoint: str) -> Path:
+    """The example fleet serving NEW_REPO at its pinned revision, with the hub at endpoint."""
+    inventory = example_fleet(tmp_path)
+    group_vars = inventory / "group_vars" / "gpu_hosts" / "main.yml"
+    text = group_vars.read_text().replace("Qwen/Qwen2.5-7B-Instruct-AWQ", NEW_REPO)
+    group_vars.write_text(text + f"\nvllm_model_hf_endpoint: {endpoint}\n")
+    return inventory
+
+
+def test_a_model_the_planner_does_not_know_is_planned_from_the_hub(tmp_path: Path) -> None:
+    """The controller asks the hub for the model's config.json at the pinned revision and plans from it (weights of
+    a 7B AWQ model and its KV cache), contacting no host."""
+    with hub({f"/{NEW_REPO}/resolve/{PINNED}/config.json": NEW_CONFIG}) as (endpoint, asked):
+        done = check(fleet_with_new_model(tmp_path, endpoint))
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert asked and set(asked) == {f"/{NEW_REPO}/resolve/{PINNED}/config.json"}
+    assert "unreachable=1" not in done.stdout and "no plan" not in done.stdout
+    # Sized from the hub's shapes: the weights' estimate (the catalog's measured load is 5.38) and the KV per token.
+    assert "| 5.39 " in done.stdout and "57,344 B of KV per token" in done.stdout
+
+
+def test_a_model_the_hub_does_not_have_gets_no_plan_and_says_why(tmp_path: Path) -> None:
+    """A hub without the model: each scene of it gets no plan, naming the URL and the fix; nothing else fails."""
+    with hub({}) as (endpoint, _):
+        done = check(fleet_with_new_model(tmp_path, endpoint))
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert f"{NEW_REPO}/resolve/{PINNED}/config.json gave no config.json (HTTP 404)" in done.stdout
+    assert "vllm_fleet_planner_models" in done.stdout and "unreachable=1" not in done.stdout

@@ -263,6 +263,28 @@ def test_model_lookup_catalog_inventory_and_config_json() -> None:
     assert [p["host"] for p in result] == ["lab1"] * 3 and all(p["problem"] is None for p in result)
 
 
+def test_unknown_hub_models_are_asked_of_the_hub_at_their_revision() -> None:
+    """A hub model the planner does not know is fetched from the hub's API at its pinned revision (main without one)
+    and planned from it, before the host is asked; a hub that did not give it is named in the no-plan reason."""
+    models = [{"name": "new", "source": "hf", "repo": "org/New-7B", "revision": "a" * 40},
+              {"name": "head", "source": "hf", "repo": "org/Head"},
+              {"name": "known", "source": "hf", "repo": QWEN_AWQ}, {"name": "mirror", "source": "http"}]
+    scenes = [{**scene(), "model": m["name"], "model_path": f"/m/{m['name']}"} for m in models]
+    urls = planner.hub_config_urls(scenes, models, {}, "http://hub.test/")
+    assert urls == [{"model": "new", "url": f"http://hub.test/org/New-7B/resolve/{'a' * 40}/config.json"},
+                    {"model": "head", "url": "http://hub.test/org/Head/resolve/main/config.json"}]
+    fetched = planner.hub_configs([{"item": urls[0], "status": 200, "json": TINY},
+                                   {"item": urls[1], "status": -1, "msg": "Request failed: <urlopen error timed out>"}])
+    assert fetched["new"] == TINY and fetched["head"].endswith("gave no config.json (Request failed: <urlopen error "
+                                                               "timed out>)")
+    assert planner.config_paths(scenes, models, {}, fetched) == ["/m/head/config.json", "/m/mirror/config.json"]
+    plans = planner.plan_host(scenes, "h", None, "cpu", "0.32.0", models, {}, [], {"VLLM_CPU_KVCACHE_SPACE": "1"},
+                              fetched)
+    assert plans[0]["problem"] is None and plans[0]["weights_gib"] == 0.0
+    assert "org/Head/resolve/main/config.json gave no config.json" in plans[1]["problem"]
+    assert "lookup('file', 'config.json') | from_json" in plans[1]["problem"]
+
+
 def test_scenes_without_a_plan_say_why() -> None:
     """Unknown models, hosts without GPUs and missing GPU indexes give a reason instead of a plan."""
     unknown = planner.plan_host([{**scene(), "model": "x"}], "h", None, "cpu", "0.32.0", [], {}, [], {})

@@ -202,11 +202,44 @@ def _model_entry(scene: dict[str, Any], model_list: list[dict[str, Any]]) -> dic
                 {"name": scene["model"]})
 
 
+def _unknown_models(scenes: list[dict[str, Any]], model_list: list[dict[str, Any]],
+                    user_models: dict[str, dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Return (scene, model entry) for each scene whose model neither the catalog nor the inventory describes."""
+    pairs = [(s, _model_entry(s, model_list)) for s in scenes]
+    return [(s, m) for s, m in pairs if _catalog_entry(m, user_models) is None]
+
+
+def hub_config_urls(scenes: list[dict[str, Any]], model_list: list[dict[str, Any]],
+                    user_models: dict[str, dict[str, Any]], endpoint: str) -> list[dict[str, str]]:
+    """Return {model, url} of the hub's config.json at the pinned revision for each unknown model from the hub."""
+    urls = {m["name"]: f"{endpoint.rstrip('/')}/{m['repo']}/resolve/{m.get('revision') or 'main'}/config.json"
+            for _, m in _unknown_models(scenes, model_list, user_models)
+            if m.get("source") == "hf" and m.get("repo")}
+    return [{"model": name, "url": url} for name, url in urls.items()]
+
+
+def hub_configs(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """Map each model the controller asked the hub about to its config.json, or to why the hub did not give it."""
+    found: dict[str, Any] = {}
+    for result in results:
+        item = result.get("item") or {}
+        if "model" not in item:
+            continue
+        data = result.get("json")
+        if result.get("status") == 200 and isinstance(data, dict):
+            found[item["model"]] = data
+        else:
+            why = f"HTTP {result['status']}" if result.get("status", -1) > 0 else result.get("msg") or "no answer"
+            found[item["model"]] = f"{item['url']} gave no config.json ({' '.join(str(why).split())[:200]})"
+    return found
+
+
 def config_paths(scenes: list[dict[str, Any]], model_list: list[dict[str, Any]],
-                 user_models: dict[str, dict[str, Any]]) -> list[str]:
-    """Return the config.json paths on the host of the scenes' models that neither catalog nor inventory describes."""
-    paths = [f"{s['model_path']}/config.json" for s in scenes
-             if _catalog_entry(_model_entry(s, model_list), user_models) is None]
+                 user_models: dict[str, dict[str, Any]], fetched: Optional[dict[str, Any]] = None) -> list[str]:
+    """Return the config.json paths on the host of the scenes' models that neither catalog, inventory nor the hub
+    (fetched: hub_configs) describes."""
+    paths = [f"{s['model_path']}/config.json" for s, _ in _unknown_models(scenes, model_list, user_models)
+             if not isinstance((fetched or {}).get(s["model"]), dict)]
     return list(dict.fromkeys(paths))
 
 
@@ -226,15 +259,21 @@ def read_configs(slurped: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _model_config(scene: dict[str, Any], model_list: list[dict[str, Any]], user_models: dict[str, dict[str, Any]],
-                  host_configs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Return a scene model's config: the inventory's or the catalog's entry, else the config.json on the host."""
+                  host_configs: dict[str, dict[str, Any]], fetched: dict[str, Any]) -> dict[str, Any]:
+    """Return a scene model's config: the inventory's or the catalog's entry, else the hub's config.json at the
+    pinned revision, else the config.json on the host."""
     entry = _catalog_entry(_model_entry(scene, model_list), user_models)
+    hub = fetched.get(scene["model"])
+    if entry is None and isinstance(hub, dict):
+        entry = hub
     if entry is None:
         entry = host_configs.get(f"{scene['model_path']}/config.json")
     if entry is None:
-        raise PlanError(f"model {scene['model']!r} is not in the planner's catalog and {scene['model_path']}/config.json "
-                        "is not on the host yet: add its config.json fields to vllm_fleet_planner_models"
-                        f"[{scene['model']}], or plan again after the vllm_model role has downloaded it")
+        hub_said = f"{hub}, " if isinstance(hub, str) else ""
+        raise PlanError(f"model {scene['model']!r} is not in the planner's catalog, {hub_said}and "
+                        f"{scene['model_path']}/config.json is not on the host yet: set vllm_fleet_planner_models"
+                        f"[{scene['model']}] to its config.json (e.g. \"{{{{ lookup('file', 'config.json') | from_json "
+                        "}}\"), or plan again after the vllm_model role has downloaded it")
     return entry
 
 
@@ -399,14 +438,16 @@ def _cards_for(scene: dict[str, Any], gpus_fact: dict[str, Any], where: str) -> 
 
 def plan_host(scenes: list[dict[str, Any]], host: str, gpus_fact: Optional[dict[str, Any]], flavour: str,
           vllm_version: str, model_list: list[dict[str, Any]], user_models: Optional[dict[str, dict[str, Any]]] = None,
-          slurped: Optional[list[dict[str, Any]]] = None, cpu_env: Optional[dict[str, Any]] = None) -> list[Plan]:
-    """Plan every resolved scene of a host; a scene that cannot be planned carries the reason in its problem key."""
+          slurped: Optional[list[dict[str, Any]]] = None, cpu_env: Optional[dict[str, Any]] = None,
+          fetched: Optional[dict[str, Any]] = None) -> list[Plan]:
+    """Plan every resolved scene of a host (fetched: hub_configs); a scene that cannot be planned carries the reason
+    in its problem key."""
     host_configs = read_configs(slurped or [])
     out = []
     for scene in scenes:
         where = f"{host}: vllm_scenes_list[name={scene['name']}]"
         try:
-            config = _model_config(scene, model_list or [], user_models or {}, host_configs)
+            config = _model_config(scene, model_list or [], user_models or {}, host_configs, fetched or {})
             arch = architecture(config, f"{where} model {scene['model']}")
             dtype = str(config.get("torch_dtype") or "auto")
             if flavour == "cpu":

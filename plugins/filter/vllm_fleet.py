@@ -78,6 +78,8 @@ class FilterModule:
             "vllm_fleet_model_failure": models.failure,
             "vllm_fleet_model_published": models.published,
             "vllm_fleet_plan_config_paths": _guarded(planner.config_paths),
+            "vllm_fleet_plan_hub_config_urls": planner.hub_config_urls,
+            "vllm_fleet_plan_hub_configs": planner.hub_configs,
             "vllm_fleet_plan": _guarded(planner.plan_host),
             "vllm_fleet_plan_table": planner.plan_table,
             "vllm_fleet_hardware_problems": _guarded(hardware.problems),
