@@ -12,6 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools"))
+
+import lab_vault  # noqa: E402
+
 LAB_WWW = Path("/var/lib/vllm-fleet-lab/www")  # the lab file server's root (Makefile LAB_WWW)
 Results = dict[str, list[float]]
 
@@ -73,7 +77,7 @@ class Lab:
         """Name the lab, its first subnet index and the scene port its probes ask."""
         self.name, self.first_index, self.port = name, first_index, port
         self.env = {**os.environ, "VFL_LAB": name, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-                    "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.memory"}
+                    "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.memory", "ANSIBLE_VAULT_IDENTITY_LIST": lab_vault.IDENTITY}
 
     def tool(self, command: str, *args: str) -> list[str]:
         """Return the argv of a `tools/lab` command on this lab."""

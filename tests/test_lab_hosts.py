@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import lab_vault
 from conftest import REPO
 from vfl_lab.cli import DEFAULT_STATE_DIR
 from vfl_lab.system import children, process_cmdline
@@ -20,7 +21,8 @@ from vfl_lab.system import children, process_cmdline
 LAB, FIRST_INDEX = "itest", 201
 LAB_TOOL = str(REPO / "tools" / "lab")
 STATE = Path(DEFAULT_STATE_DIR)
-ENV = {**os.environ, "VFL_LAB": LAB, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg")}
+ENV = {**os.environ, "VFL_LAB": LAB, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+       "ANSIBLE_VAULT_IDENTITY_LIST": lab_vault.IDENTITY}
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root")
 

@@ -90,6 +90,8 @@ def test_failure_message_names_host_step_reason_and_restore() -> None:
     converge = rollout.failure_message("lab1", "scenes", "Wait for the scenes", result, restore, "converge")
     assert converge.startswith("lab1: converge failed at step scenes (task 'Wait for the scenes'): scene realtime")
     assert "verified healthy: realtime." in converge and converge.endswith("The other hosts go on.")
+    ends_in_a_period = rollout.failure_message("lab1", "scenes", "t", {"msg": "quantization (gptq)."}, restore)
+    assert "(gptq). Restored release" in ends_in_a_period
     preview = rollout.failure_message("lab1", "scenes", "t", result, None, "converge")
     assert "Nothing was restored: a check-mode run changes nothing." in preview
 

@@ -42,7 +42,8 @@ def failure_message(host: str, step: str, task: str, result: dict[str, Any] | No
         done = "Nothing was changed or restarted."
     else:
         done = restore_summary(restore) if restore else "Nothing was restored: a check-mode run changes nothing."
-    return f"{host}: {run} failed at step {step} (task '{task}'): {failure_reason(result)}. {done} {RUN_ENDS[run]}"
+    why = failure_reason(result).rstrip(".")
+    return f"{host}: {run} failed at step {step} (task '{task}'): {why}. {done} {RUN_ENDS[run]}"
 
 
 def restore_summary(restore: dict[str, Any]) -> str:

@@ -12,7 +12,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
 from ansible.errors import AnsibleFilterError  # noqa: E402
 
 from vllm_fleet import (  # noqa: E402
-    FleetError, compile_cache, gateway, hardware, in_sync, models, planner, rollout, scenes, verify, wheelhouse,
+    FleetError, compile_cache, gateway, hardware, in_sync, models, planner, rollout, scenes, vault, verify,
+    wheelhouse,
 )
 
 
@@ -117,4 +118,5 @@ class FilterModule:
             "vllm_fleet_gateway_first_user": gateway.first_user,
             "vllm_fleet_gateway_error": gateway.error_document,
             "vllm_fleet_gateway_tls_problems": gateway.tls_problems,
+            "vllm_fleet_lab_secret_problem": vault.lab_secret_problem,
         }
