@@ -161,6 +161,18 @@ def test_is_ip_literal(value: object, expected: bool) -> None:
     assert scenes.is_ip_literal(value) is expected
 
 
+@pytest.mark.parametrize(("value", "expected"), [("127.0.0.1", True), ("127.8.9.10", True), ("::1", True),
+                                                 ("localhost", True), ("127.0.0.1.example.net", False),
+                                                 ("127.attacker.example", False), ("0.0.0.0", False), ("::", False),
+                                                 ("::ffff:127.0.0.1", False), ("10.0.0.1", False), (None, False)])
+def test_is_loopback_judges_the_address_not_its_spelling(value: object, expected: bool) -> None:
+    """Loopback is 127.0.0.0/8, ::1 or localhost; a host name that starts with 127. is not."""
+    assert scenes.is_loopback(value) is expected
+    if isinstance(value, str):
+        scene = {"name": "realtime", "host": value}
+        assert (scenes.exposure_problems(scene) == []) is expected
+
+
 @pytest.mark.parametrize(("listen", "url"), [("0.0.0.0", "http://127.0.0.1:8000"), ("::", "http://[::1]:8000"),
                                              ("127.0.0.1", "http://127.0.0.1:8000"), ("::1", "http://[::1]:8000"),
                                              ("10.213.1.2", "http://10.213.1.2:8000")])

@@ -162,8 +162,7 @@ def config_file(scene: Scene) -> dict[str, Any]:
 
 def exposure_problems(scene: Scene) -> list[str]:
     """Return why a scene's exposure is unsafe: any non-loopback listen address (vLLM's key guards /v1 paths only)."""
-    loopback = scene["host"] in ("127.0.0.1", "::1", "localhost") or str(scene["host"]).startswith("127.")
-    if not loopback:
+    if not is_loopback(scene["host"]):
         return [f"scene {scene['name']!r} listens on {scene['host']}, reachable off the host: vLLM checks its API key "
                 "on /v1 paths only, so /invocations, /metrics and others answer anyone; set its host to 127.0.0.1 "
                 "and serve clients through the fleet gateway (hosts in group gateways, docs/gateway.md)"]
@@ -191,6 +190,12 @@ def is_ip_literal(value: Any) -> bool:
     except ValueError:
         return False
     return isinstance(value, str) and "%" not in value
+
+
+def is_loopback(value: Any) -> bool:
+    """Tell whether a listen address is loopback, judged by the address (127.0.0.0/8, ::1) or the name localhost,
+    never by its spelling: 127.0.0.1.example.net is a host name, not loopback."""
+    return value == "localhost" or (is_ip_literal(value) and ipaddress.ip_address(value).is_loopback)
 
 
 # A probe on the host itself reaches a service listening on a wildcard address over loopback.

@@ -63,6 +63,19 @@ def test_only_listed_scenes_run(host: testinfra.host.Host) -> None:
     assert sorted(units) == sorted(f"vllm-scene-{s}.service" for s in scenes_of(host))
 
 
+def test_scene_units_are_sandboxed_to_their_own_devices(host: testinfra.host.Host) -> None:
+    """Each scene unit scores at most MAX_EXPOSURE in systemd-analyze security, keeps no capability, opens only the
+    devices it lists (none on the cpu flavour) and talks to loopback only; the host metrics unit is sandboxed too."""
+    for scene in scenes_of(host):
+        unit = f"vllm-scene-{scene}.service"
+        assert exposure(host, unit) <= MAX_EXPOSURE
+        props = dict(line.split("=", 1) for line in host.check_output(
+            f"systemctl show {unit} -p DevicePolicy -p CapabilityBoundingSet -p IPAddressDeny -p UMask").splitlines())
+        assert props == {"DevicePolicy": "closed", "CapabilityBoundingSet": "", "IPAddressDeny": "0.0.0.0/0 ::/0",
+                         "UMask": "0077"}, props
+    assert exposure(host, "prometheus-node-exporter.service") <= MAX_EXPOSURE
+
+
 def test_models_endpoint_lists_the_served_name(host: testinfra.host.Host) -> None:
     """GET /v1/models with the key lists the scene's served model name."""
     for scene, port in scenes_of(host).items():
@@ -90,11 +103,11 @@ def test_request_without_key_is_refused(host: testinfra.host.Host, path: str) ->
 
 
 def test_secrets_stay_out_of_process_list_and_world(host: testinfra.host.Host) -> None:
-    """The key is only in a 0640 root:vllm file, never on a command line."""
+    """The key is only in a 0600 root:root file (systemd reads it as root), never on a command line."""
     processes = host.check_output("ps -eo args")
     for scene in scenes_of(host):
         env = host.file(f"/etc/vllm/scenes/{scene}.env")
-        assert (env.user, env.group, env.mode) == ("root", "vllm", 0o640)
+        assert (env.user, env.group, env.mode) == ("root", "root", 0o600)
         assert api_key(host, scene) not in processes
 
 
@@ -110,6 +123,7 @@ REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "molecule" / "shared"))
 
 from playbooks import lab_host, run_playbook  # noqa: E402
+from units import MAX_EXPOSURE, exposure  # noqa: E402
 from rerun_hosts import SITE_REPORTS  # noqa: E402
 
 

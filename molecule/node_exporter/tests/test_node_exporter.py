@@ -1,7 +1,14 @@
 """Real state of a lab host after the node_exporter role: systemd runs the host and the exporter answers."""
 
+import sys
+from pathlib import Path
+
 import pytest
 import testinfra.host
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+
+from units import MAX_EXPOSURE, exposure  # noqa: E402
 
 
 def test_systemd_is_pid1_and_running(host: testinfra.host.Host) -> None:
@@ -30,3 +37,16 @@ def test_node_exporter_serves_metrics(host: testinfra.host.Host) -> None:
     body = host.check_output("curl -fsS http://127.0.0.1:9100/metrics")
     assert "node_uname_info" in body
     assert 'nodename="' + host.check_output("hostname") + '"' in body
+
+
+# Collectors that work in a lab host without the sandbox: the sandbox must not stop any of them.
+CORE_COLLECTORS = ["cpu", "diskstats", "filesystem", "loadavg", "meminfo", "netdev", "stat", "uname", "vmstat"]
+
+
+def test_node_exporter_unit_is_sandboxed_without_losing_collectors(host: testinfra.host.Host) -> None:
+    """The kit's drop-in brings the distribution's unit to at most 2.5 in systemd-analyze security, and the core
+    collectors still succeed."""
+    assert exposure(host, "prometheus-node-exporter.service") <= MAX_EXPOSURE
+    body = host.check_output("curl -fsS http://127.0.0.1:9100/metrics")
+    for collector in CORE_COLLECTORS:
+        assert f'node_scrape_collector_success{{collector="{collector}"}} 1' in body, collector
