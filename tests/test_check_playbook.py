@@ -117,3 +117,18 @@ def test_a_model_the_hub_does_not_have_gets_no_plan_and_says_why(tmp_path: Path)
     assert done.returncode == 0, done.stdout[-3000:]
     assert f"{NEW_REPO}/resolve/{PINNED}/config.json gave no config.json (HTTP 404)" in done.stdout
     assert "vllm_fleet_planner_models" in done.stdout and "unreachable=1" not in done.stdout
+
+
+def test_a_scene_key_that_would_break_its_env_file_is_refused_without_showing_it(tmp_path: Path) -> None:
+    """A scene key with a newline (it would add a line to the scene's env file) fails its host in one line that
+    names the variable and the rule, never the key."""
+    inventory = example_fleet(tmp_path)
+    bad = "k" * 40 + "\nLD_PRELOAD=/tmp/evil.so"
+    (inventory / "host_vars" / "gpu-4090-a.yml").write_text(
+        (inventory / "host_vars" / "gpu-4090-a.yml").read_text() + f"\nvault_realtime_api_key: {json.dumps(bad)}\n")
+    done = check(inventory)
+    summary = done.stdout.split("FAILED HOSTS")[1].strip().splitlines()[1:]
+    assert len(summary) == 1 and summary[0].startswith(
+        "gpu-4090-a: vllm_scenes_list[name=realtime].api_key_var names vault_realtime_api_key, whose value has "
+        "characters outside [A-Za-z0-9._~-]"), done.stdout[-3000:]
+    assert "evil" not in done.stdout

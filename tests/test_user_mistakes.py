@@ -120,6 +120,21 @@ MISTAKES: list[tuple[str, list[Any], dict[str, Any], tuple[str, ...]]] = [
     ("a memory budget as a string", [{"name": "realtime", "memory_budget_gib": "21.6"}], {},
      ("memory_budget_gib '21.6' must be a positive number",)),
     ("a scene on all interfaces", [{"name": "realtime", "host": "0.0.0.0"}], {}, ("0.0.0.0", "127.0.0.1")),
+    # Strings that would break the unit, the env file or the config they land in (issue 18's audit).
+    ("a served name with a space", [{"name": "realtime", "served_model_name": "qwen 7b"}], {},
+     ("served_model_name 'qwen 7b' must be 1-128 of",)),
+    ("a listen address that is a host name", [{"name": "realtime", "host": "127.0.0.1.example.net"}], {},
+     ("[name=realtime]: host '127.0.0.1.example.net' must be an IP address",)),
+    ("a newline in an env value", [{"name": "realtime", "env": {"OMP_NUM_THREADS": "8\nLD_PRELOAD=/tmp/x.so"}}], {},
+     (".env.OMP_NUM_THREADS must be a string or number", "without control characters")),
+    ("a % in an env value", [{"name": "realtime", "env": {"HF_HOME": "/data/%h"}}], {},
+     (".env.HF_HOME must be", "or % (systemd")),
+    ("a quote in an env value", [{"name": "realtime", "env": {"X": 'a" ExecStartPre=/bin/sh'}}], {},
+     (".env.X must be",)),
+    ("an env name with =", [{"name": "realtime", "env": {"A=B": "1"}}], {}, (".env: 'A=B' must be letters, digits",)),
+    ("a bool as an env value", [{"name": "realtime", "env": {"VLLM_USE_V1": True}}], {}, (".env.VLLM_USE_V1 must be",)),
+    ("an api_key_var that is no variable name", [{"name": "realtime", "api_key_var": "vault-key"}], {},
+     ("api_key_var 'vault-key' must name a variable",)),
 ]
 
 

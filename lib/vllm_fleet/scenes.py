@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from . import FleetError
+from .gateway import SERVED_NAME
 
 Scene = dict[str, Any]
 SCENE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
@@ -17,6 +18,11 @@ SCENE_KEYS = {"name", "preset", "port", "host", "gpus", "model", "served_model_n
               "memory_budget_gib"}
 # Engine arguments the kit owns: a scene sets them through its own keys, never through engine_args.
 OWNED_ARGS = {"model", "served-model-name", "host", "port", "api-key", "config"}
+# What a scene's environment may hold: each pair becomes an Environment="NAME=value" line of its unit, where a quote or
+# backslash would end or escape the string, % starts a systemd specifier and a control character a new line.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+ENV_VALUE = re.compile(r"[^\x00-\x1f\x7f\"\\%]{0,4096}")
+VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class SceneError(FleetError):
@@ -82,6 +88,7 @@ def resolve_scene(scene: Scene, presets: dict[str, Scene], models: dict[str, dic
     if budget is not None and (not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0):
         raise SceneError(f"{where}: memory_budget_gib {budget!r} must be a positive number of GiB, such as 21.6")
     model = models[model_name]
+    _refuse_unsafe_strings(where, scene, preset, model)
     engine_args = _engine_args(model.get("engine_args", {}), preset.get("engine_args", {}), scene.get("engine_args", {}))
     if len(gpus) > 1:
         engine_args.setdefault("tensor-parallel-size", len(gpus))  # one rank per listed GPU, unless set otherwise
@@ -99,6 +106,38 @@ def resolve_scene(scene: Scene, presets: dict[str, Scene], models: dict[str, dic
         "env": {**preset.get("env", {}), **scene.get("env", {})},
         "memory_budget_gib": budget,
     }
+
+
+def _refuse_unsafe_strings(where: str, scene: Scene, preset: Scene, model: dict[str, Any]) -> None:
+    """Refuse the strings a scene puts in its unit, env file or config that they cannot carry safely: the served name,
+    the listen address (an IP literal or localhost), the API key's variable name and the environment."""
+    served = scene.get("served_model_name", model.get("served_model_name", model["name"]))
+    if not isinstance(served, str) or not SERVED_NAME.fullmatch(served):
+        raise SceneError(f"{where}: served_model_name {served!r} must be 1-128 of A-Z a-z 0-9 . _ : / @ + - (it goes "
+                         "into the unit, the config and the gateway's routes)")
+    host = scene.get("host", preset.get("host", "127.0.0.1"))
+    if not (host == "localhost" or is_ip_literal(host)):
+        raise SceneError(f"{where}: host {host!r} must be an IP address such as 127.0.0.1 (or localhost), not a name")
+    key_var = scene.get("api_key_var", preset.get("api_key_var", ""))
+    if not isinstance(key_var, str) or (key_var and not VARIABLE_NAME.fullmatch(key_var)):
+        raise SceneError(f"{where}: api_key_var {key_var!r} must name a variable, such as vault_realtime_api_key")
+    for label, env in ((f"{where}.env", scene.get("env", {})), (f"{where} (its preset's env)", preset.get("env", {}))):
+        problem = env_problem(env, label)
+        if problem:
+            raise SceneError(problem)
+
+
+def env_problem(env: Any, where: str) -> str:
+    """Return why an environment mapping cannot go into a unit's Environment= lines ('' when it can)."""
+    if not isinstance(env, dict):
+        return f"{where} must be a mapping of environment variables, such as {{OMP_NUM_THREADS: 8}}"
+    for name, value in env.items():
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name):
+            return f"{where}: {name!r} must be letters, digits and _ (not starting with a digit), as a variable name"
+        if isinstance(value, (bool, dict, list)) or value is None or not ENV_VALUE.fullmatch(str(value)):
+            return (f"{where}.{name} must be a string or number of at most 4096 characters without control "
+                    "characters, quotes, backslashes or % (systemd would read them as syntax)")
+    return ""
 
 
 def resolve_scenes(scenes: list[Scene], presets: dict[str, Scene], models: dict[str, dict[str, Any]],

@@ -63,6 +63,8 @@ class FilterModule:
             "vllm_fleet_models_by_name": _guarded(scenes.models_by_name),
             "vllm_fleet_is_ip": scenes.is_ip_literal,
             "vllm_fleet_is_loopback": scenes.is_loopback,
+            "vllm_fleet_env_problem": scenes.env_problem,
+            "vllm_fleet_key_problem": gateway.key_problem,
             "vllm_fleet_reach_address": scenes.reach_address,
             "vllm_fleet_local_url": scenes.local_url,
             "vllm_fleet_ready_targets": scenes.ready_targets,
