@@ -96,6 +96,14 @@ def test_failure_message_names_host_step_reason_and_restore() -> None:
     assert "Nothing was restored: a check-mode run changes nothing." in preview
 
 
+def test_a_hidden_tasks_output_never_reaches_the_report() -> None:
+    """A no_log task's registered result still holds what it hid: the report keeps a note instead; other tasks keep
+    their one-line reason only."""
+    result = {"failed": True, "stdout": "TOPSECRET", "msg": "non-zero return code TOPSECRET"}
+    assert rollout.failed_result(result, {"name": "t", "no_log": True}) == {"msg": "its output is hidden (no_log)"}
+    assert rollout.failed_result(result, {"name": "t", "no_log": None}) == {"msg": "non-zero return code TOPSECRET"}
+
+
 def test_failure_reason_of_a_loop_names_the_failed_item() -> None:
     """A failed loop task gives the first failed item's message."""
     result = {"failed": True, "results": [{"failed": False, "msg": "ok"}, {"failed": True, "stderr": "error: bad value"}]}

@@ -19,6 +19,14 @@ def restored_scenes(fact: dict[str, Any] | None, names: list[str]) -> list[Scene
     return [scenes[name]["definition"] for name in names if (scenes.get(name) or {}).get("definition")]
 
 
+def failed_result(result: dict[str, Any] | None, task: dict[str, Any] | None) -> dict[str, str]:
+    """Return what a failure report may keep of a failed task's result: its one-line reason, never the output of a
+    task that hides it (no_log: its registered result still holds what it hid)."""
+    if (task or {}).get("no_log"):
+        return {"msg": "its output is hidden (no_log)"}
+    return {"msg": failure_reason(result)}
+
+
 def failure_reason(result: dict[str, Any] | None) -> str:
     """Return the one-line why of a failed task result."""
     result = result or {}

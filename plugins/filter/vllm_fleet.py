@@ -94,6 +94,7 @@ class FilterModule:
             "vllm_fleet_state_scenes": rollout.state_scenes,
             "vllm_fleet_restored_scenes": rollout.restored_scenes,
             "vllm_fleet_rollout_failure": rollout.failure_message,
+            "vllm_fleet_failed_result": rollout.failed_result,
             "vllm_fleet_rollout_restore_failure": rollout.restore_failure_message,
             "vllm_fleet_kit_digest": kit_digest,
             "vllm_fleet_inputs_digest": inputs_digest,
