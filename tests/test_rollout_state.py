@@ -65,10 +65,15 @@ def test_scene_files_reads_configs_envs_and_units_only(tmp_path: Path) -> None:
 
 
 def test_state_record_keeps_definitions_without_secret_values() -> None:
-    """The record holds each scene's digests and definition, whose API key is a variable name."""
-    definition = {"name": "realtime", "host": "0.0.0.0", "port": 8000, "api_key_var": "vault_key"}
-    record = rollout.state_scenes({"realtime": {"config_sha256": "a", "unit_sha256": "b"}}, [definition])
-    assert record == {"realtime": {"config_sha256": "a", "unit_sha256": "b", "definition": definition}}
+    """The record holds each scene's digests, the digest of the weights it serves and its definition, whose API key
+    is a variable name."""
+    definition = {"name": "realtime", "host": "0.0.0.0", "port": 8000, "api_key_var": "vault_key", "model": "qwen"}
+    models = {"qwen": {"source": "hf", "manifest_sha256": "c" * 64}}
+    record = rollout.state_scenes({"realtime": {"config_sha256": "a", "unit_sha256": "b"}}, [definition], models)
+    assert record == {"realtime": {"config_sha256": "a", "unit_sha256": "b", "definition": definition,
+                                   "weights_sha256": "c" * 64}}
+    unknown = rollout.state_scenes({"realtime": {"config_sha256": "a", "unit_sha256": "b"}}, [definition])
+    assert unknown["realtime"]["weights_sha256"] is None
     assert rollout.restored_scenes({"scenes": record}, ["realtime", "gone"]) == [definition]
     assert rollout.restored_scenes(None, ["realtime"]) == []
 

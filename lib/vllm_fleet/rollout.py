@@ -7,10 +7,15 @@ from typing import Any
 Scene = dict[str, Any]
 
 
-def state_scenes(digests: dict[str, dict[str, str]], resolved: list[Scene]) -> dict[str, dict[str, Any]]:
-    """Return scene -> the digests of its files on the host and its resolved definition (API key by name only)."""
+def state_scenes(digests: dict[str, dict[str, str]], resolved: list[Scene],
+                 models: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """Return scene -> the digests of its files on the host, the digest of the weights it serves (its model's
+    manifest; None when unknown) and its resolved definition (API key by name only)."""
     definitions = {scene["name"]: scene for scene in resolved}
-    return {name: {**sums, "definition": definitions.get(name)} for name, sums in sorted(digests.items())}
+    return {name: {**sums, "definition": definitions.get(name),
+                   "weights_sha256": ((models or {}).get((definitions.get(name) or {}).get("model")) or {}).get(
+                       "manifest_sha256")}
+            for name, sums in sorted(digests.items())}
 
 
 def restored_scenes(fact: dict[str, Any] | None, names: list[str]) -> list[Scene]:

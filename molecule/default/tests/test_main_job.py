@@ -233,5 +233,7 @@ def test_deployed_state_fact_records_what_runs_without_secrets(host: testinfra.h
         unit = f"/etc/systemd/system/vllm-scene-{scene}.service"
         assert state["unit_sha256"] == host.check_output(f"sha256sum {unit}").split()[0]
         assert state["definition"]["port"] == scenes_of(host)[scene]
+        weights = fact["models"]["tiny-qwen2-awq"]["manifest_sha256"]
+        assert state["weights_sha256"] == weights and f"manifest sha256 {weights}." in host.file(unit).content_string
         assert api_key(host, scene) not in fact_file.content_string
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", fact["deployed_at"])

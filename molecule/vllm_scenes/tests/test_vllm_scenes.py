@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ sys.path.insert(0, str(SCENARIO.parent / "shared"))
 from playbooks import run_playbook  # noqa: E402
 
 PORTS = {"realtime": 8000, "nightly": 8100}
+LAB_MODEL = Path("/var/lib/vllm-fleet-lab/www/models/tiny-qwen2-awq")  # the lab's tiny model (make lab-model)
 
 
 def main_pid(host: testinfra.host.Host, scene: str) -> int:
@@ -124,3 +126,27 @@ def test_scene_no_longer_listed_is_removed(host: testinfra.host.Host) -> None:
     assert not host.file("/etc/vllm/scenes/nightly.yaml").exists
     assert host.run("systemctl is-active vllm-scene-nightly").stdout.strip() != "active"
     assert main_pid(host, "realtime") == realtime
+
+
+def test_new_weights_in_place_restart_their_scene(host: testinfra.host.Host, tmp_path: Path) -> None:
+    """The model replaced under the same name (a copy on the controller with one file changed): the vllm_model role
+    swaps it in, and the scene serving it restarts on the new weights, whose digest its unit names; a run again
+    changes nothing."""
+    model = tmp_path / "tiny-qwen2-awq"
+    shutil.copytree(LAB_MODEL, model, ignore=shutil.ignore_patterns("manifest.json"))
+    generation = json.loads((model / "generation_config.json").read_text())
+    (model / "generation_config.json").write_text(json.dumps({**generation, "temperature": 0.5}))
+    models = {"vllm_model_list": [{"name": "tiny-qwen2-awq", "source": "controller", "controller_dir": str(model),
+                                   "served_model_name": "tiny-qwen2", "engine_args": {"quantization": "awq"}}],
+              "mvs_with_nightly": False}  # removed by the test before
+    unit = "/etc/systemd/system/vllm-scene-realtime.service"
+    before, unit_before = main_pid(host, "realtime"), host.file(unit).content_string
+    result = run_playbook(SCENARIO, "mvs", host.backend.get_hostname(), "converge.yml", "-e", json.dumps(models))
+    assert result.returncode == 0, result.stdout[-3000:]
+    marker = json.loads(host.file("/var/lib/vllm/models/tiny-qwen2-awq/.vllm-fleet-model.json").content_string)
+    assert marker["source"] == "controller"
+    after = main_pid(host, "realtime")
+    assert after not in (0, before) and host.file(unit).content_string != unit_before
+    assert host.check_output("curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:8000/health") == "200"
+    again = run_playbook(SCENARIO, "mvs", host.backend.get_hostname(), "converge.yml", "-e", json.dumps(models))
+    assert again.returncode == 0 and main_pid(host, "realtime") == after, again.stdout[-3000:]
