@@ -132,3 +132,18 @@ def test_a_scene_key_that_would_break_its_env_file_is_refused_without_showing_it
         "gpu-4090-a: vllm_scenes_list[name=realtime].api_key_var names vault_realtime_api_key, whose value has "
         "characters outside [A-Za-z0-9._~-]"), done.stdout[-3000:]
     assert "evil" not in done.stdout
+
+
+def test_a_model_given_as_a_config_file_is_planned_without_the_hub(tmp_path: Path) -> None:
+    """vllm_fleet_planner_models given the model's config.json as a file on the controller (the lookup docs/planner.md
+    shows): the planner uses it and never asks the hub."""
+    config = tmp_path / "new-7b-config.json"
+    config.write_text(json.dumps(NEW_CONFIG))
+    with hub({}) as (endpoint, asked):
+        inventory = fleet_with_new_model(tmp_path, endpoint)
+        group_vars = inventory / "group_vars" / "gpu_hosts" / "main.yml"
+        group_vars.write_text(group_vars.read_text() + (
+            f"vllm_fleet_planner_models:\n  {NEW_REPO}: \"{{{{ lookup('file', '{config}') | from_json }}}}\"\n"))
+        done = check(inventory)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert asked == [] and "no plan" not in done.stdout and "57,344 B of KV per token" in done.stdout
