@@ -98,11 +98,15 @@ def gateway_users(users: list[dict[str, Any]], keys: dict[str, str]) -> list[dic
 def backend_record(scenes_by_host: dict[str, Any], endpoints_by_host: dict[str, Any]) -> dict[str, Any]:
     """Return what the gateway keeps of the hosts it routes to, for a later run that cannot see some of them: each
     scene's name, served name and limit, and the host's ingress endpoint."""
-    return {host: {"scenes": [{"name": s["name"], "served_model_name": s["served_model_name"],
-                               "engine_args": {"max-num-seqs": scene_limits([s])[s["name"]]}} for s in scenes],
-                   "endpoint": endpoints_by_host[host]}
-            for host, scenes in sorted(scenes_by_host.items())
-            if scenes is not None and endpoints_by_host.get(host) is not None}
+    record = {}
+    for host, scenes in sorted(scenes_by_host.items()):
+        if scenes is None or endpoints_by_host.get(host) is None:
+            continue
+        limits = scene_limits(scenes)
+        record[host] = {"scenes": [{"name": s["name"], "served_model_name": s["served_model_name"],
+                                    "engine_args": {"max-num-seqs": limits[s["name"]]}} for s in scenes],
+                        "endpoint": endpoints_by_host[host]}
+    return record
 
 
 def backends(scenes_by_host: dict[str, Any], endpoints_by_host: dict[str, Any], live: list[str] | None,

@@ -88,11 +88,10 @@ def resolve_scene(scene: Scene, presets: dict[str, Scene], models: dict[str, dic
     if budget is not None and (not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0):
         raise SceneError(f"{where}: memory_budget_gib {budget!r} must be a positive number of GiB, such as 21.6")
     model = models[model_name]
-    _refuse_unsafe_strings(where, scene, preset, model)
     engine_args = _engine_args(model.get("engine_args", {}), preset.get("engine_args", {}), scene.get("engine_args", {}))
     if len(gpus) > 1:
         engine_args.setdefault("tensor-parallel-size", len(gpus))  # one rank per listed GPU, unless set otherwise
-    return {
+    resolved = {
         "name": name,
         "preset": preset_name,
         "port": port,
@@ -103,22 +102,26 @@ def resolve_scene(scene: Scene, presets: dict[str, Scene], models: dict[str, dic
         "served_model_name": scene.get("served_model_name", model.get("served_model_name", model_name)),
         "api_key_var": scene.get("api_key_var", preset.get("api_key_var", "")),
         "engine_args": engine_args,
-        "env": {**preset.get("env", {}), **scene.get("env", {})},
+        "env": {},  # merged once both layers are known to be mappings
         "memory_budget_gib": budget,
     }
+    _refuse_unsafe_strings(where, resolved, scene, preset)
+    resolved["env"] = {**preset.get("env", {}), **scene.get("env", {})}
+    return resolved
 
 
-def _refuse_unsafe_strings(where: str, scene: Scene, preset: Scene, model: dict[str, Any]) -> None:
-    """Refuse the strings a scene puts in its unit, env file or config that they cannot carry safely: the served name,
-    the listen address (an IP literal or localhost), the API key's variable name and the environment."""
-    served = scene.get("served_model_name", model.get("served_model_name", model["name"]))
+def _refuse_unsafe_strings(where: str, resolved: Scene, scene: Scene, preset: Scene) -> None:
+    """Refuse the strings a resolved scene puts in its unit, env file or config that they cannot carry safely: the
+    served name, the listen address (an IP literal or localhost), the API key's variable name, and the environment
+    of the scene and of its preset (each named as its own variable)."""
+    served = resolved["served_model_name"]
     if not isinstance(served, str) or not SERVED_NAME.fullmatch(served):
         raise SceneError(f"{where}: served_model_name {served!r} must be 1-128 of A-Z a-z 0-9 . _ : / @ + - (it goes "
                          "into the unit, the config and the gateway's routes)")
-    host = scene.get("host", preset.get("host", "127.0.0.1"))
+    host = resolved["host"]
     if not (host == "localhost" or is_ip_literal(host)):
         raise SceneError(f"{where}: host {host!r} must be an IP address such as 127.0.0.1 (or localhost), not a name")
-    key_var = scene.get("api_key_var", preset.get("api_key_var", ""))
+    key_var = resolved["api_key_var"]
     if not isinstance(key_var, str) or (key_var and not VARIABLE_NAME.fullmatch(key_var)):
         raise SceneError(f"{where}: api_key_var {key_var!r} must name a variable, such as vault_realtime_api_key")
     for label, env in ((f"{where}.env", scene.get("env", {})), (f"{where} (its preset's env)", preset.get("env", {}))):
@@ -234,7 +237,13 @@ def is_ip_literal(value: Any) -> bool:
 def is_loopback(value: Any) -> bool:
     """Tell whether a listen address is loopback, judged by the address (127.0.0.0/8, ::1) or the name localhost,
     never by its spelling: 127.0.0.1.example.net is a host name, not loopback."""
-    return value == "localhost" or (is_ip_literal(value) and ipaddress.ip_address(value).is_loopback)
+    if value == "localhost":
+        return True
+    if not is_ip_literal(value):
+        return False
+    address = ipaddress.ip_address(value)
+    # An IPv4-mapped IPv6 address is not loopback here on any Python (3.13 started calling ::ffff:127.0.0.1 one).
+    return address.is_loopback and not (address.version == 6 and address.ipv4_mapped)
 
 
 # A probe on the host itself reaches a service listening on a wildcard address over loopback.
