@@ -35,6 +35,15 @@ def _load(path: Path, name: str) -> ModuleType:
 
 
 drift = _load(TOOL, "vllm_drift_check")
+# A fleet secret: the check is never given the password of this vault id ("fleet").
+VAULTED_TOKEN = """demo_token: !vault |
+          $ANSIBLE_VAULT;1.2;AES256;fleet
+          38663831323164366361336438343361653939633734363064656234386139653836323535666331
+          6463323139616461363930333637323337663437386336310a613737313963333864333361633766
+          66306665613834643364376334346439643930623638656366316463623936336533393438366435
+          3134306231643666360a396435633838333165343562653761303033336264643561373564656363
+          33323630313932323661353236663431616161383634633931383737313263383461
+"""
 
 
 def recap(changed: int = 0, failures: int = 0, unreachable: int = 0, ok: int = 5) -> dict[str, int]:
@@ -114,11 +123,11 @@ def test_status_document_and_summary_line() -> None:
     """The status has every field a reader needs; the journal line carries verdict, message, ref and commit."""
     result = drift.evaluate(report({"a": recap(changed=1)}, [{"host": "a", "task": "Write x"}]), 0)
     status = drift.build_status(result, checked_at="2026-11-30T10:00:00+00:00", repo="https://git/fleet.git",
-                                ref="v1.2", commit="0123456789abcdef" * 2 + "01234567", ref_is_branch=False,
+                                ref="v1.2", commit="0123456789abcdef" * 2 + "01234567",
                                 limit="a", duration_s=12.34, log="/var/lib/vllm-fleet/drift/last-run.log")
     assert status == {
         "checked_at": "2026-11-30T10:00:00+00:00", "repo": "https://git/fleet.git", "ref": "v1.2",
-        "ref_is_branch": False, "commit": "0123456789abcdef" * 2 + "01234567", "limit": "a", "hosts": ["a"],
+        "commit": "0123456789abcdef" * 2 + "01234567", "limit": "a", "hosts": ["a"],
         "verdict": "drift", "changed": 1, "changed_tasks": ["Write x"], "failed": 0, "unreachable": 0,
         "failed_tasks": [], "message": "1 change: Write x", "duration_s": 12.3,
         "log": "/var/lib/vllm-fleet/drift/last-run.log", "exit_code": 3}
@@ -126,26 +135,31 @@ def test_status_document_and_summary_line() -> None:
     assert drift.summary_line(status) == "vllm-drift: drift: 1 change: Write x (ref v1.2, commit 0123456789ab)"
 
 
-def test_branch_ref_is_noted() -> None:
-    """A ref that turned out to be a branch is said in the message, the verdict stays."""
-    status = drift.build_status(drift.evaluate(report({"a": recap()}), 0), checked_at="t", repo="r", ref="main",
-                                commit=None, ref_is_branch=True, limit="a", duration_s=0, log="l")
-    assert status["verdict"] == "in sync"
-    assert status["message"] == "no change (note: ref 'main' is a branch, not a pinned commit or tag)"
-    assert drift.summary_line(status).endswith("(ref main, commit none)")
+def test_a_task_reading_a_vault_value_is_told_how_to_fix_it() -> None:
+    """The check holds no secret: a failure to decrypt says which switch the task must honour."""
+    failed = [{"host": "a", "task": "Write the token",
+               "msg": "Attempt to use undecryptable variable: Attempting to decrypt but no vault secrets found."}]
+    status = drift.build_status(drift.evaluate(report({"a": recap(failures=1)}, failed=failed), 2), checked_at="t",
+                                repo="r", ref="0" * 40, commit=None, limit="a", duration_s=0, log="l")
+    assert status["verdict"] == "error"
+    assert status["message"].endswith("have that task compare only the file's owner and mode when "
+                                      "vllm_fleet_without_secrets is true)")
 
 
 def test_pull_argv() -> None:
-    """ansible-pull runs in check mode with diff, a full clean clone at the ref, locally; vault and extras passed."""
+    """ansible-pull runs in check mode with diff, a full clean clone at the commit, locally, without secrets; the
+    signature is verified when keys are trusted; extras passed."""
     config = {"venv_dir": "/opt/d", "repo_url": "http://h/f.git", "ref": "abc", "checkout_dir": "/c",
               "inventory": "inventory/production", "limit": "gpu-a", "playbook": "site.yml",
-              "vault_password_file": "/etc/d/vault-password", "extra_args": ["--skip-tags=x"]}
+              "gnupg_home": "/etc/d/gnupg", "extra_args": ["--skip-tags=x"]}
     assert drift.pull_argv(config) == [
         "/opt/d/bin/ansible-pull", "--check", "--diff", "--full", "--clean", "--url", "http://h/f.git", "--checkout",
         "abc", "--directory", "/c", "--inventory", "inventory/production", "--limit", "gpu-a", "--extra-vars",
-        "ansible_connection=local", "--extra-vars", "vllm_fleet_skip_in_sync=false",
-        "--vault-password-file=/etc/d/vault-password", "--skip-tags=x", "site.yml"]
-    assert "--vault-password-file" not in " ".join(drift.pull_argv({**config, "vault_password_file": None}))
+        "ansible_connection=local", "--extra-vars",
+        '{"ansible_become": false, "vllm_fleet_skip_in_sync": false, "vllm_fleet_without_secrets": true}',
+        "--verify-commit", "--skip-tags=x", "site.yml"]
+    assert "--verify-commit" not in drift.pull_argv({**config, "gnupg_home": None})
+    assert not [arg for arg in drift.pull_argv(config) if "vault" in arg]
 
 
 def test_write_atomically_replaces_the_file(tmp_path: Path) -> None:
@@ -175,6 +189,19 @@ PLAYBOOK = """---
         path: "{{ target }}/marker"
         state: directory
         mode: "0755"
+    - name: Write the token
+      ansible.builtin.copy:
+        content: "{{ demo_token }}\\n"
+        dest: "{{ target }}/token"
+        mode: "0600"
+      no_log: true
+      when: not (vllm_fleet_without_secrets | default(false))
+    - name: Keep the token's owner and mode (its value is not the check's to see)
+      ansible.builtin.file:
+        path: "{{ target }}/token"
+        state: file
+        mode: "0600"
+      when: vllm_fleet_without_secrets | default(false)
 """
 
 
@@ -193,19 +220,21 @@ def fleet(tmp_path: Path) -> dict[str, Any]:
     (repo / "site.yml").write_text(PLAYBOOK)
     (repo / "inventory" / "hosts.yml").write_text("all:\n  hosts:\n    drifthost:\n")
     (repo / "inventory" / "host_vars" / "drifthost.yml").write_text(
-        f"target: {target}\ndemo_content: hello\nansible_python_interpreter: {sys.executable}\n")
+        f"target: {target}\ndemo_content: hello\nansible_python_interpreter: {sys.executable}\n" + VAULTED_TOKEN)
     _git(tmp_path, "init", "-q", "-b", "main", str(repo))
     _git(repo, "add", ".")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "fleet")
     (target / "marker").mkdir(parents=True)
     (target / "demo.conf").write_text("hello\n")
     (target / "demo.conf").chmod(0o644)
+    (target / "token").write_text("drift-test-token\n")
+    (target / "token").chmod(0o600)
     commit = _git(repo, "rev-parse", "HEAD")
     config = {"repo_url": f"file://{repo}", "ref": commit, "playbook": "site.yml",
               "inventory": "inventory/hosts.yml", "limit": "drifthost", "state_dir": str(state),
               "checkout_dir": str(state / "checkout"), "status_file": str(state / "status.json"),
               "venv_dir": str(Path(sys.executable).parent.parent), "callback_dir": str(ROLE / "files" / "callback_plugins"),
-              "vault_password_file": None, "extra_args": []}
+              "gnupg_home": None, "extra_args": []}
     (tmp_path / "config.json").write_text(json.dumps(config))
     return {"config": tmp_path / "config.json", "target": target, "state": state, "commit": commit, "repo": repo}
 
@@ -243,13 +272,57 @@ def test_real_check_in_sync_then_drift_then_error(fleet: dict[str, Any], monkeyp
     assert "vllm-drift: log: " in out
 
 
-def test_real_check_branch_ref_and_unknown_limit(fleet: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    """A branch as ref is noted in the status; a limit that matches no host is an error, not 'in sync'."""
+def test_real_check_unknown_limit_is_an_error(fleet: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A limit that matches no host is an error, not 'in sync'."""
     config = json.loads(fleet["config"].read_text())
-    fleet["config"].write_text(json.dumps({**config, "ref": "main"}))
-    code, status, out = _check(fleet, monkeypatch, capsys)
-    assert (code, status["verdict"], status["ref_is_branch"]) == (0, "in sync", True), out
     fleet["config"].write_text(json.dumps({**config, "limit": "nosuchhost"}))
     code, status, out = _check(fleet, monkeypatch, capsys)
     assert (code, status["verdict"]) == (2, "error"), out
+
+
+def test_real_check_holds_no_secret_and_sees_a_secret_file_lose_its_mode(
+        fleet: dict[str, Any], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The check runs without the Vault: the vaulted token's file is checked by its mode, never by its value."""
+    (fleet["target"] / "token").chmod(0o644)
+    code, status, out = _check(fleet, monkeypatch, capsys)
+    assert (code, status["changed_tasks"]) == (3, ["Keep the token's owner and mode (its value is not the check's to "
+                                                   "see)"]), out
+    assert "drift-test-token" not in (fleet["state"] / "last-run.log").read_text()
+
+
+def _signing_key(home: Path) -> str:
+    """Make a passphrase-less signing key in a GnuPG home of its own; return its fingerprint."""
+    home.mkdir(mode=0o700)
+    subprocess.run(["gpg", "--batch", "--homedir", str(home), "--passphrase", "", "--quick-gen-key",
+                    "fleet-ci <ci@example.com>", "ed25519", "sign", "never"], check=True, capture_output=True)
+    listing = subprocess.run(["gpg", "--homedir", str(home), "--with-colons", "--list-secret-keys"],
+                             check=True, capture_output=True, text=True).stdout
+    return next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
+
+
+def test_real_check_verifies_the_commit_signature(fleet: dict[str, Any], tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """With trusted keys an unsigned commit is an error; the same tree signed by a trusted key is in sync."""
+    if shutil.which("gpg") is None:
+        pytest.skip("gpg is not installed")
+    signer, trusted = tmp_path / "signer", tmp_path / "trusted"
+    fingerprint = _signing_key(signer)
+    public = subprocess.run(["gpg", "--homedir", str(signer), "--armor", "--export", fingerprint],
+                            check=True, capture_output=True).stdout
+    trusted.mkdir(mode=0o700)
+    subprocess.run(["gpg", "--batch", "--homedir", str(trusted), "--import"], input=public, check=True,
+                   capture_output=True)
+    config = {**json.loads(fleet["config"].read_text()), "gnupg_home": str(trusted)}
+    fleet["config"].write_text(json.dumps(config))
+    code, status, out = _check(fleet, monkeypatch, capsys)
+    assert (code, status["verdict"]) == (2, "error"), out
+
+    monkeypatch.setenv("GNUPGHOME", str(signer))
+    _git(fleet["repo"], "-c", "user.name=t", "-c", "user.email=t@example.com", "-c", f"user.signingkey={fingerprint}",
+         "commit", "-q", "--allow-empty", "-S", "-m", "signed")
+    monkeypatch.delenv("GNUPGHOME")
+    fleet["config"].write_text(json.dumps({**config, "ref": _git(fleet["repo"], "rev-parse", "HEAD")}))
+    code, status, out = _check(fleet, monkeypatch, capsys)
+    assert (code, status["verdict"]) == (0, "in sync"), out

@@ -37,6 +37,8 @@ def test_key_problem_names_the_rule_never_the_key(key: object, expected: str | N
 def test_good_users_have_no_problems() -> None:
     """A user with a good key, served models and whole-number limits passes."""
     assert gateway.user_problems([USER], {"alice": GOOD_KEY}, ["qwen"]) == []
+    assert gateway.user_problems([USER], None, ["qwen"]) == []  # without the Vault the keys are not checked
+    assert gateway.user_problems([{**USER, "models": ["other"]}], None, ["qwen"]) != []
 
 
 @pytest.mark.parametrize(("users", "keys", "expected"), [

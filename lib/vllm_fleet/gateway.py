@@ -33,8 +33,9 @@ def key_problem(key: Any) -> str | None:
     return None
 
 
-def user_problems(users: list[dict[str, Any]], keys: dict[str, Any], served: list[str]) -> list[str]:
-    """Return what is wrong with the gateway's users: names, keys (by name, never value), models and limits."""
+def user_problems(users: list[dict[str, Any]], keys: dict[str, Any] | None, served: list[str]) -> list[str]:
+    """Return what is wrong with the gateway's users: names, keys (by name, never value; None: a run without the
+    Vault, keys not checked), models and limits."""
     problems: list[str] = []
     seen_names: set[str] = set()
     owner_of_digest: dict[str, str] = {}
@@ -51,12 +52,12 @@ def user_problems(users: list[dict[str, Any]], keys: dict[str, Any], served: lis
         if unknown:
             problems.append(f"{where}: unknown field(s) {', '.join(unknown)}; use name, key_var, models, "
                             "requests_per_minute, max_concurrent")
-        problem = key_problem(keys.get(name))
+        problem = None if keys is None else key_problem(keys.get(name))
         if problem:
             problems.append(f"{where}: the key in {user.get('key_var') or '(no key_var)'} {problem}: set key_var to a "
                             f"Vault variable holding {KEY_MIN_LENGTH}+ characters of [A-Za-z0-9._~-] "
                             "(e.g. openssl rand -hex 24)")
-        else:
+        elif keys is not None:
             digest = key_digest(keys[name])
             if digest in owner_of_digest:
                 problems.append(f"{where}: has the same key as {owner_of_digest[digest]}; give every user a key "

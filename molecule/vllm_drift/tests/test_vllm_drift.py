@@ -6,10 +6,15 @@ Tests run in file order: the in-sync check comes before the hand edit, which the
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 import testinfra.host
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "shared"))
+
+from units import MAX_EXPOSURE, exposure  # noqa: E402
 
 STATUS = "/var/lib/vllm-fleet/drift/status.json"
 CONFIG = "/etc/fleet-demo/demo.conf"
@@ -57,14 +62,20 @@ def test_ansible_core_from_the_wheelhouse(host: testinfra.host.Host) -> None:
     assert host.package("git").is_installed
 
 
-def test_vault_password_file_is_root_only(host: testinfra.host.Host) -> None:
-    """The vault password is in a 0600 root file in a 0700 root directory, and the config names it."""
-    secret = host.file("/etc/vllm-fleet/drift/vault-password")
-    assert (secret.user, secret.group, secret.mode) == ("root", "root", 0o600)
+def test_check_holds_no_secret(host: testinfra.host.Host) -> None:
+    """No vault password on the host (one left by an earlier release is removed); the config names none."""
+    assert not host.file("/etc/vllm-fleet/drift/vault-password").exists
     directory = host.file("/etc/vllm-fleet/drift")
     assert (directory.user, directory.mode) == ("root", 0o700)
     config = json.loads(host.file("/etc/vllm-fleet/drift/config.json").content_string)
-    assert config["vault_password_file"] == "/etc/vllm-fleet/drift/vault-password"
+    assert not [key for key in config if "vault" in key] and config["gnupg_home"] is None
+
+
+def test_unit_is_sandboxed(host: testinfra.host.Host) -> None:
+    """systemd-analyze security scores the check's unit at most 2.5; it keeps no capability but reading others' files."""
+    assert exposure(host, "vllm-drift.service") <= MAX_EXPOSURE
+    bounding = host.check_output("systemctl show -p CapabilityBoundingSet --value vllm-drift.service")
+    assert bounding.split() == ["cap_dac_read_search"]
 
 
 def test_check_in_sync(host: testinfra.host.Host) -> None:
@@ -73,7 +84,7 @@ def test_check_in_sync(host: testinfra.host.Host) -> None:
     code, status = check(host)
     commit = COMMIT.read_text().strip()
     assert (code, status["verdict"], status["changed"], status["failed"]) == (0, "in sync", 0, 0), status
-    assert (status["ref"], status["commit"], status["ref_is_branch"], status["hosts"]) == (commit, commit, False, ["mdft1"])
+    assert (status["ref"], status["commit"], status["hosts"]) == (commit, commit, ["mdft1"])
     assert status["repo"].endswith("/vllm-drift/fleet.git")
     lines = journal(host).splitlines()
     assert f"vllm-drift: in sync: no change (ref {commit}, commit {commit[:12]})" in lines
@@ -107,6 +118,7 @@ def test_hand_edit_is_drift_and_is_not_repaired(host: testinfra.host.Host) -> No
     log = host.file("/var/lib/vllm-fleet/drift/last-run.log")
     assert log.mode == 0o600 and "+workers = 2" in log.content_string
     assert "drift-lab-token" not in log.content_string  # the vaulted token stays out of the log
+    assert host.file("/etc/fleet-demo/token").content_string == "drift-lab-token-4f1c\n"  # the rollout's, unread
 
     host.check_output(f"sed -i 's/workers = 8/workers = 2/' {CONFIG}")
     code, status = check(host)
