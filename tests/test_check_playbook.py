@@ -25,11 +25,11 @@ NEW_CONFIG = {"num_hidden_layers": 28, "hidden_size": 3584, "intermediate_size":
               "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}}
 
 
-def check(inventory: Path) -> subprocess.CompletedProcess[str]:
-    """Run check.yml against an inventory; return the finished process."""
+def check(inventory: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """Run check.yml against an inventory, with extra ansible-playbook arguments; return the finished process."""
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.memory",
            "ANSIBLE_NOCOLOR": "1"}
-    argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "playbooks/check.yml", "-i", str(inventory)]
+    argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "playbooks/check.yml", "-i", str(inventory), *extra]
     return subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 

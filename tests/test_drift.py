@@ -7,12 +7,17 @@ local connection. No root and no lab needed.
 
 from __future__ import annotations
 
+import base64
+import functools
+import http.server
 import importlib.util
 import json
 import os
 import shutil
+import socketserver
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -160,6 +165,21 @@ def test_pull_argv() -> None:
         "--verify-commit", "--skip-tags=x", "site.yml"]
     assert "--verify-commit" not in drift.pull_argv({**config, "gnupg_home": None})
     assert not [arg for arg in drift.pull_argv(config) if "vault" in arg]
+
+
+@pytest.mark.parametrize(("url", "plain"), [
+    ("https://git.example.com/ops/fleet.git", "https://git.example.com/ops/fleet.git"),
+    ("https://ci:t0ken@git.example.com:8443/ops/fleet.git", "https://git.example.com:8443/ops/fleet.git"),
+    ("http://t0ken@[2001:db8::1]/fleet.git", "http://[2001:db8::1]/fleet.git"),
+])
+def test_credentials_leave_the_url_for_gits_environment(url: str, plain: str) -> None:
+    """The URL on the command line and in the status has no user or password; git's environment maps it back."""
+    found, env = drift.split_credentials(url)
+    assert found == plain and "t0ken" not in found
+    assert env == ({} if url == plain else {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": f"url.{url}.insteadOf",
+                                             "GIT_CONFIG_VALUE_0": plain})
+    assert "t0ken" not in " ".join(drift.pull_argv({"venv_dir": "/v", "repo_url": url, "ref": "r", "checkout_dir": "/c",
+                                                    "inventory": "i", "limit": "h", "playbook": "p"}))
 
 
 def test_write_atomically_replaces_the_file(tmp_path: Path) -> None:
@@ -326,3 +346,41 @@ def test_real_check_verifies_the_commit_signature(fleet: dict[str, Any], tmp_pat
     fleet["config"].write_text(json.dumps({**config, "ref": _git(fleet["repo"], "rev-parse", "HEAD")}))
     code, status, out = _check(fleet, monkeypatch, capsys)
     assert (code, status["verdict"]) == (0, "in sync"), out
+
+
+class _AuthGitServer(http.server.SimpleHTTPRequestHandler):
+    """git's dumb HTTP protocol from a directory, behind basic auth (user ci, password s3cret-t0ken)."""
+
+    def do_GET(self) -> None:
+        """Serve the file to a request with the right credentials, 401 to any other."""
+        if self.headers.get("Authorization") != "Basic " + base64.b64encode(b"ci:s3cret-t0ken").decode():
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="fleet"')
+            self.end_headers()
+            return
+        super().do_GET()
+
+    def log_message(self, *_: object) -> None:
+        """Keep the test's output quiet."""
+
+
+def test_real_check_with_a_token_in_the_url_never_shows_it(fleet: dict[str, Any], tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A repository behind basic auth: the check clones it, and the token is in no status, log or journal line."""
+    bare = tmp_path / "www" / "fleet.git"
+    bare.parent.mkdir()
+    subprocess.run(["git", "clone", "-q", "--bare", str(fleet["repo"]), str(bare)], check=True)
+    _git(bare, "update-server-info")
+    handler = functools.partial(_AuthGitServer, directory=str(bare.parent))
+    with socketserver.TCPServer(("127.0.0.1", 0), handler) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        url = f"http://ci:s3cret-t0ken@127.0.0.1:{server.server_address[1]}/fleet.git"
+        fleet["config"].write_text(json.dumps({**json.loads(fleet["config"].read_text()), "repo_url": url}))
+        try:
+            code, status, out = _check(fleet, monkeypatch, capsys)
+        finally:
+            server.shutdown()
+    assert (code, status["verdict"]) == (0, "in sync"), out
+    seen = out + json.dumps(status) + (fleet["state"] / "last-run.log").read_text()
+    assert "s3cret-t0ken" not in seen and status["repo"] == url.replace("ci:s3cret-t0ken@", "")

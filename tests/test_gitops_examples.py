@@ -9,6 +9,7 @@ bash as the CI would run them, with a stub ansible-playbook.
 
 from __future__ import annotations
 
+import hashlib
 import http.server
 import json
 import os
@@ -34,9 +35,28 @@ sys.path.insert(0, str(GITOPS))
 import check_diff_report  # noqa: E402
 import gitlab_mr_note  # noqa: E402
 
+# main's jobs (environments fleet-main and production, main only): the fleet's key and the Vault password.
 SECRET_NAMES = ("FLEET_SSH_PRIVATE_KEY", "FLEET_SSH_KNOWN_HOSTS", "FLEET_VAULT_PASSWORD")
+# The pull request preview (environment fleet-preview, behind required reviewers): a key of its own, no Vault.
+PREVIEW_SECRET_NAMES = ("FLEET_PREVIEW_SSH_PRIVATE_KEY", "FLEET_SSH_KNOWN_HOSTS")
+# What no job a pull request triggers may name.
+MAIN_ONLY = ("FLEET_SSH_PRIVATE_KEY", "FLEET_VAULT_PASSWORD", "ANSIBLE_VAULT_IDENTITY_LIST")
+# Each job that holds secrets: (workflow, job) -> (its environment, the secrets it holds there).
+JOB_SECRETS = {
+    ("fleet-pr.yml", "check-diff"): ("fleet-preview", PREVIEW_SECRET_NAMES),
+    ("fleet-rollout.yml", "preview"): ("fleet-main", SECRET_NAMES),
+    ("fleet-rollout.yml", "rollout"): ("production", SECRET_NAMES),
+    ("fleet-nightly.yml", "drift"): ("fleet-main", SECRET_NAMES),
+}
+WITHOUT_SECRETS = "-e vllm_fleet_without_secrets=true"
+# The pull request preview's two ansible-playbook calls, on GitHub and GitLab alike: both without the Vault.
+TEE = "2>&1 | tee preview/check-diff.log || rc=$?"
+PREVIEW_CALLS = [f'ansible-playbook playbooks/check.yml -i "$FLEET_INVENTORY" {WITHOUT_SECRETS} {TEE}',
+                 f'ansible-playbook site.yml -i "$FLEET_INVENTORY" --check --diff {WITHOUT_SECRETS} {TEE}']
 FAKE_SECRETS = {
     "FLEET_SSH_PRIVATE_KEY": "-----BEGIN OPENSSH PRIVATE KEY-----\nc2VjcmV0LWtleS1ib2R5\n-----END OPENSSH PRIVATE KEY-----",
+    "FLEET_PREVIEW_SSH_PRIVATE_KEY":
+        "-----BEGIN OPENSSH PRIVATE KEY-----\ncHJldmlldy1rZXktYm9keQ\n-----END OPENSSH PRIVATE KEY-----",
     "FLEET_SSH_KNOWN_HOSTS": "gpu-3090-a ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIknownhostsentry",
     "FLEET_VAULT_PASSWORD": "v4ult-pa55word-n0t-in-any-log",
 }
@@ -159,9 +179,21 @@ def step_running(job: dict, needle: str) -> dict:
     return found[0]
 
 
-def fleet_jobs(data: dict) -> list[dict]:
-    """The jobs that hold the fleet's secrets."""
-    return [job for job in data["jobs"].values() if any("secrets." in str(s.get("env", {})) for s in steps_of(job))]
+def secrets_named(item: object) -> set[str]:
+    """The secrets a workflow, job or step reads (`secrets.NAME` in any of its values; comments are not values)."""
+    return set(re.findall(r"secrets\.(\w+)", json.dumps(item)))
+
+
+def playbook_calls(script: str) -> list[str]:
+    """Each ansible-playbook command of a shell script, its continuation lines joined and its spaces collapsed."""
+    joined = re.sub(r"\\\n\s*", " ", script)
+    lines = [re.sub(r"\s+", " ", line.strip()) for line in joined.splitlines()]
+    return [line for line in lines if line.startswith("ansible-playbook ")]
+
+
+def key_digest(secret: str) -> str:
+    """The sha256 of a key file as the pipelines write it (the secret and a newline)."""
+    return hashlib.sha256((secret + "\n").encode()).hexdigest()
 
 
 @pytest.mark.parametrize("path", WORKFLOWS, ids=lambda p: p.name)
@@ -191,30 +223,76 @@ def test_secrets_handling(path: Path) -> None:
     text = path.read_text()
     assert "set -x" not in text and "ACTIONS_STEP_DEBUG" not in text
     data = workflow(path.name)
+    holding = set()
     for name, job in data["jobs"].items():
         steps = steps_of(job)
         for step in steps:
             assert "secrets." not in step.get("run", "") and "secrets." not in str(step.get("with", {})), name
         holders = [s for s in steps if "secrets." in str(s.get("env", {}))]
         if not holders:
-            assert "fleet-secrets" not in str(job), name
+            assert "fleet-secrets" not in str(job) and "environment" not in job, name
             continue
+        holding.add(name)
+        environment, names = JOB_SECRETS[(path.name, name)]
+        assert job["environment"] == environment, name
         assert len(holders) == 1, name
         holder = holders[0]
-        assert set(holder["env"]) == set(SECRET_NAMES)
+        assert set(holder["env"]) == set(names), name
         for key, value in holder["env"].items():
             assert value == f"${{{{ secrets.{key} }}}}"
         script = holder["run"]
         assert script.lstrip().startswith("umask 077"), name
         for line in script.splitlines():
-            for secret in SECRET_NAMES:
+            for secret in {*SECRET_NAMES, *PREVIEW_SECRET_NAMES}:
                 if f"${secret}" in line or f"${{{secret}}}" in line:
                     assert re.fullmatch(r"\s*printf '%s\\?n?' \"\$" + secret + r"\" > \"\$dir/[\w-]+\"", line), line
-        assert 'dir="$RUNNER_TEMP/fleet-secrets"' in script and "vault-password" in script
-        assert "ANSIBLE_VAULT_IDENTITY_LIST=fleet@$dir/vault-password" in script
+        assert 'dir="$RUNNER_TEMP/fleet-secrets"' in script
+        # Every secret it holds is checked, and a missing one names the environment to set it in.
+        assert f"for name in {' '.join(names)}; do" in script, name
+        assert f"::error::secret $name is not set (environment {environment}, see examples/gitops/README.md)" in script
+        vault = "FLEET_VAULT_PASSWORD" in names
+        assert ("ANSIBLE_VAULT_IDENTITY_LIST=fleet@$dir/vault-password" in script) is vault, name
+        assert ("vault-password" in script) is vault, name
         last = steps[-1]
         assert last["if"] == "always()" and last["run"].strip() == 'rm -rf -- "$RUNNER_TEMP/fleet-secrets"', name
         assert steps.index(holder) < len(steps) - 1
+    assert holding == {job for workflow_name, job in JOB_SECRETS if workflow_name == path.name}
+
+
+def test_pull_requests_never_reach_main_secrets() -> None:
+    """No job a pull request triggers names the fleet's key, the Vault password or a vault identity.
+
+    The preview holds the preview key and the host keys only, in fleet-preview; no workflow uses
+    pull_request_target (which would hand fork pull requests the secrets).
+    """
+    triggered = []
+    for path in WORKFLOWS:
+        data = workflow(path.name)
+        assert "pull_request_target" not in data["on"], path.name
+        if "pull_request" not in data["on"]:
+            continue
+        triggered.append(path.name)
+        values = json.dumps({key: value for key, value in data.items() if key != "on"})
+        for name in MAIN_ONLY:
+            assert not re.search(rf"\b{name}\b", values), f"{path.name} names {name}"
+        assert "vault-password" not in values and "--vault" not in values and "ask-vault-pass" not in values
+        assert secrets_named(data) <= set(PREVIEW_SECRET_NAMES), path.name
+        for name, job in data["jobs"].items():
+            assert job.get("environment") in (None, "fleet-preview"), name
+    assert triggered == ["fleet-pr.yml"]
+
+
+def test_each_environment_holds_its_own_secrets() -> None:
+    """Only fleet-main and production (main only) read the fleet's key and the Vault; no secret outside an environment."""
+    for path in WORKFLOWS:
+        for name, job in workflow(path.name)["jobs"].items():
+            used = secrets_named(job)
+            if used:
+                assert job.get("environment"), f"{path.name} {name}: repository secrets reach every branch"
+            if used & {"FLEET_SSH_PRIVATE_KEY", "FLEET_VAULT_PASSWORD"}:
+                assert job["environment"] in ("fleet-main", "production"), f"{path.name} {name}"
+            if "FLEET_PREVIEW_SSH_PRIVATE_KEY" in used:
+                assert job["environment"] == "fleet-preview" and not used & set(MAIN_ONLY), f"{path.name} {name}"
 
 
 def test_pull_request_pipeline() -> None:
@@ -231,9 +309,9 @@ def test_pull_request_pipeline() -> None:
     check = data["jobs"]["check-diff"]
     assert check["needs"] == "lint-and-unit" and check["environment"] == "fleet-preview"
     assert check["if"] == "github.event.pull_request.head.repo.full_name == github.repository"
-    run = step_running(check, "ansible-playbook site.yml")
-    assert 'ansible-playbook site.yml -i "$FLEET_INVENTORY" --check --diff 2>&1 | tee preview/check-diff.log' in run["run"]
-    assert run["run"].index("ansible-playbook playbooks/check.yml") < run["run"].index("ansible-playbook site.yml")
+    # Without the Vault: both ansible-playbook calls of the job say so, the input checks first.
+    calls = [call for step in steps_of(check) for call in playbook_calls(step.get("run", ""))]
+    assert calls == PREVIEW_CALLS
     comment = next(s for s in steps_of(check) if s.get("uses", "").startswith("actions/github-script@"))
     assert "preview/report.md" in comment["with"]["script"] and check_diff_report.MARKER in comment["with"]["script"]
     assert "updateComment" in comment["with"]["script"] and "createComment" in comment["with"]["script"]
@@ -254,8 +332,12 @@ def test_rollout_pipeline() -> None:
     assert 'ansible-playbook playbooks/rollout.yml -i "$FLEET_INVENTORY"' in run and "--check" not in run
     upload = next(s for s in steps_of(rollout) if s.get("uses", "").startswith("actions/upload-artifact@"))
     assert upload["if"] == "always()" and "reports/" in upload["with"]["path"].split()
+    assert rollout["environment"] != data["jobs"]["preview"]["environment"]
     preview = data["jobs"]["preview"]
-    assert "--check --diff" in step_running(preview, "ansible-playbook site.yml")["run"]
+    assert preview["environment"] == "fleet-main"  # main only: a pull request's branch cannot read its secrets
+    # With the Vault: the preview of what the rollout changes shows a changed secret too.
+    assert playbook_calls(step_running(preview, "ansible-playbook site.yml")["run"]) == [
+        f'ansible-playbook site.yml -i "$FLEET_INVENTORY" --check --diff {TEE}']
 
 
 def test_nightly_pipeline() -> None:
@@ -267,6 +349,8 @@ def test_nightly_pipeline() -> None:
     assert "make molecule" in step_running(molecule, "make molecule")["run"]
     assert steps_of(molecule)[-1]["if"] == "always()" and "tools/lab down --all" in steps_of(molecule)[-1]["run"]
     drift = data["jobs"]["drift"]
+    assert drift["environment"] == "fleet-main"
+    assert steps_of(drift)[0]["with"]["ref"] == "main"
     assert "--check --diff" in step_running(drift, "ansible-playbook site.yml")["run"]
     assert "changed_hosts" in step_running(drift, "check_diff_report.py")["run"]
 
@@ -275,16 +359,25 @@ def test_nightly_pipeline() -> None:
 
 
 STUB = """#!/usr/bin/env bash
-# A stub ansible-playbook: records its arguments and how the secret files look, prints a canned log, exits $STUB_RC.
-# check.yml (the input checks before the preview) passes, noted in $STUB_RECORD.checks.
-if [ "$1" = playbooks/check.yml ]; then echo "argv=$*" >> "$STUB_RECORD.checks"; exit 0; fi
-{
+# A stub ansible-playbook: records its arguments and what Ansible is given (the key file's mode and digest, the files
+# beside it, the vault file's mode and content, or vault=none), prints a canned log, exits $STUB_RC.
+# check.yml (the input checks before the preview) passes, recorded in $STUB_RECORD.checks.
+record() {
   echo "argv=$*"
-  for var in ANSIBLE_PRIVATE_KEY_FILE ANSIBLE_VAULT_IDENTITY_LIST ANSIBLE_SSH_COMMON_ARGS; do echo "$var=${!var}"; done
-  file=${ANSIBLE_VAULT_IDENTITY_LIST#*@}
-  echo "vault_mode=$(stat -c %a "$file") key_mode=$(stat -c %a "$ANSIBLE_PRIVATE_KEY_FILE")"
-  echo "vault_content=$(cat "$file")"
-} > "$STUB_RECORD"
+  for var in ANSIBLE_PRIVATE_KEY_FILE ANSIBLE_VAULT_IDENTITY_LIST ANSIBLE_SSH_COMMON_ARGS; do echo "$var=${!var:-}"; done
+  echo "key_mode=$(stat -c %a "$ANSIBLE_PRIVATE_KEY_FILE")"
+  echo "key_sha256=$(sha256sum < "$ANSIBLE_PRIVATE_KEY_FILE" | cut -d ' ' -f 1)"
+  echo "secret_files=$(cd "$(dirname "$ANSIBLE_PRIVATE_KEY_FILE")" && ls -A | tr '\\n' ' ')"
+  if [ -n "${ANSIBLE_VAULT_IDENTITY_LIST:-}" ]; then
+    file=${ANSIBLE_VAULT_IDENTITY_LIST#*@}
+    echo "vault_mode=$(stat -c %a "$file")"
+    echo "vault_content=$(cat "$file")"
+  else
+    echo "vault=none"
+  fi
+}
+if [ "$1" = playbooks/check.yml ]; then record "$@" > "$STUB_RECORD.checks"; exit 0; fi
+record "$@" > "$STUB_RECORD"
 cat "$STUB_LOG"
 exit "$STUB_RC"
 """
@@ -315,8 +408,10 @@ def key_values(path: Path) -> dict[str, str]:
 def test_pr_check_steps_run_as_on_github(tmp_path: Path, stub_ansible: Path) -> None:
     """The check job's secrets, check, report, fail and cleanup steps under bash -eo pipefail, as the runner runs them.
 
-    The secret files are 0600 and reach ansible-playbook, no secret shows in any step's output, a failed check
-    still yields the report and then fails the job, and the always() step leaves no secret behind.
+    Only the preview's secrets exist (a step naming another fails the test): the preview key's file is 0600 and
+    reaches both ansible-playbook calls, with -e vllm_fleet_without_secrets=true and no vault; no secret shows in any
+    step's output, a failed check still yields the report and then fails the job, and the always() step leaves no
+    secret behind.
     """
     job = workflow("fleet-pr.yml")["jobs"]["check-diff"]
     work = tmp_path / "workspace"
@@ -331,7 +426,7 @@ def test_pr_check_steps_run_as_on_github(tmp_path: Path, stub_ansible: Path) -> 
            "GITHUB_WORKSPACE": str(work), "GITHUB_RUN_ID": "42", "FLEET_INVENTORY": "inventory/production",
            "STUB_RECORD": str(tmp_path / "record"), "STUB_LOG": str(tmp_path / "check.log"), "STUB_RC": "2",
            **{name: str(path) for name, path in files.items()}}
-    values = {f"secrets.{k}": v for k, v in FAKE_SECRETS.items()}
+    values = {f"secrets.{k}": FAKE_SECRETS[k] for k in PREVIEW_SECRET_NAMES}
     values.update({"github.event.pull_request.head.sha": "a" * 40, "github.base_ref": "main",
                    "github.server_url": "https://ci.invalid", "github.repository": "team/fleet", "github.run_id": "42"})
     outputs: dict[str, dict[str, str]] = {}
@@ -356,12 +451,16 @@ def test_pr_check_steps_run_as_on_github(tmp_path: Path, stub_ansible: Path) -> 
             failed_step = failed_step or step["name"]
             assert condition != "always()" and step["name"] == "Fail when the check failed", transcript
     assert failed_step == "Fail when the check failed"
-    record = key_values(tmp_path / "record")
-    assert record["argv"] == "site.yml -i inventory/production --check --diff"
-    assert key_values(tmp_path / "record.checks")["argv"] == "playbooks/check.yml -i inventory/production"
-    assert record["vault_mode"] == "600 key_mode=600" and record["vault_content"] == FAKE_SECRETS["FLEET_VAULT_PASSWORD"]
-    assert "UserKnownHostsFile=" in record["ANSIBLE_SSH_COMMON_ARGS"] and "StrictHostKeyChecking=yes" in record[
-        "ANSIBLE_SSH_COMMON_ARGS"]
+    record, checks = key_values(tmp_path / "record"), key_values(tmp_path / "record.checks")
+    assert record["argv"] == f"site.yml -i inventory/production --check --diff {WITHOUT_SECRETS}"
+    assert checks["argv"] == f"playbooks/check.yml -i inventory/production {WITHOUT_SECRETS}"
+    for seen in (record, checks):
+        assert seen["vault"] == "none" and seen["ANSIBLE_VAULT_IDENTITY_LIST"] == ""
+        assert seen["key_mode"] == "600" and seen["key_sha256"] == key_digest(FAKE_SECRETS["FLEET_PREVIEW_SSH_PRIVATE_KEY"])
+        assert seen["secret_files"].split() == ["cp", "known_hosts", "ssh-key"]
+        assert "UserKnownHostsFile=" in seen["ANSIBLE_SSH_COMMON_ARGS"]
+        assert "StrictHostKeyChecking=yes" in seen["ANSIBLE_SSH_COMMON_ARGS"]
+    assert "VAULT" not in files["GITHUB_ENV"].read_text()
     for secret in FAKE_SECRETS.values():
         for line in secret.splitlines():
             assert line not in transcript and line not in files["GITHUB_ENV"].read_text()
@@ -373,15 +472,23 @@ def test_pr_check_steps_run_as_on_github(tmp_path: Path, stub_ansible: Path) -> 
     assert not (runner_temp / "fleet-secrets").exists()
 
 
-def test_missing_secret_stops_the_job(tmp_path: Path) -> None:
-    """An unset secret fails the secrets step with its name, before anything contacts the fleet."""
-    step = step_running(workflow("fleet-rollout.yml")["jobs"]["rollout"], "umask 077")
+@pytest.mark.parametrize(("workflow_name", "job_name", "missing"), [
+    ("fleet-rollout.yml", "rollout", "FLEET_VAULT_PASSWORD"),
+    ("fleet-rollout.yml", "preview", "FLEET_SSH_PRIVATE_KEY"),
+    ("fleet-nightly.yml", "drift", "FLEET_SSH_KNOWN_HOSTS"),
+    ("fleet-pr.yml", "check-diff", "FLEET_PREVIEW_SSH_PRIVATE_KEY"),
+], ids=lambda value: value)
+def test_missing_secret_stops_the_job(tmp_path: Path, workflow_name: str, job_name: str, missing: str) -> None:
+    """An unset secret fails the secrets step with its name and its environment, before anything contacts the fleet."""
+    step = step_running(workflow(workflow_name)["jobs"][job_name], "umask 077")
+    environment, names = JOB_SECRETS[(workflow_name, job_name)]
     env = {"PATH": os.environ["PATH"], "RUNNER_TEMP": str(tmp_path), "GITHUB_ENV": str(tmp_path / "env"),
-           **FAKE_SECRETS, "FLEET_VAULT_PASSWORD": ""}
+           **{name: FAKE_SECRETS[name] for name in names}, missing: ""}
     result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], env=env,
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 1
-    assert "::error::secret FLEET_VAULT_PASSWORD is not set (environment production" in result.stdout
+    assert f"::error::secret {missing} is not set (environment {environment}, see" in result.stdout
+    assert not (tmp_path / "env").exists()  # nothing reached GITHUB_ENV
 
 
 # --- the GitLab pipeline ------------------------------------------------------------------------------------------
@@ -439,39 +546,112 @@ def test_gitlab_pipeline_structure() -> None:
             assert line == "printf '%s' \"$FLEET_VAULT_PASSWORD\" > \"$FLEET_SECRETS_DIR/vault-password\""
 
 
-def test_gitlab_check_diff_runs_as_on_gitlab(tmp_path: Path, stub_ansible: Path) -> None:
-    """The check-diff job's before_script (less the venv), script and after_script under bash, with a stub."""
+def test_gitlab_jobs_hold_their_own_secrets() -> None:
+    """Merge request jobs never name main's secrets; the preview uses its own key, no Vault, and says so to Ansible.
+
+    check-diff is in fleet-preview and started by hand (a maintainer, the protected environment's deployer); the
+    rollout preview and drift are in fleet-main, the rollout in production, each with the fleet's key and the Vault.
+    """
     data = gitlab()
-    job = gitlab_job(data, "check-diff")
+    jobs = {name: gitlab_job(data, name) for name, job in data.items()
+            if not name.startswith(".") and isinstance(job, dict) and "script" in job}
+    for name, job in jobs.items():
+        runs_on_merge_requests = "merge_request_event" in json.dumps(job.get("rules", []))
+        text = "\n".join(flatten(job.get("before_script", [])) + flatten(job["script"]))
+        if runs_on_merge_requests:
+            for secret in MAIN_ONLY:
+                assert not re.search(rf"\b{secret}\b", text), f"{name} names {secret}"
+            assert "vault-password" not in text, name
+        if "$FLEET_VAULT_PASSWORD" in text or "$FLEET_SSH_PRIVATE_KEY" in text:
+            assert job["environment"]["name"] in ("fleet-main", "production") and not runs_on_merge_requests, name
+    check = jobs["check-diff"]
+    assert check["environment"] == {"name": "fleet-preview", "action": "prepare"}
+    assert check["rules"][0]["when"] == "manual" and check["rules"][0]["allow_failure"] is False
+    before = flatten(check["before_script"])
+    assert 'install -m 600 "$FLEET_PREVIEW_SSH_PRIVATE_KEY" "$FLEET_SECRETS_DIR/ssh-key"' in before
+    assert not any("VAULT" in line for line in before), before
+    calls = playbook_calls("\n".join(flatten(check["script"])))
+    assert calls == PREVIEW_CALLS
+    for name, environment in (("rollout-preview", "fleet-main"), ("drift", "fleet-main"), ("rollout", "production")):
+        job = jobs[name]
+        assert job["environment"]["name"] == environment, name
+        before = flatten(job["before_script"])
+        assert 'export ANSIBLE_VAULT_IDENTITY_LIST="fleet@$FLEET_SECRETS_DIR/vault-password"' in before, name
+        assert WITHOUT_SECRETS not in "\n".join(flatten(job["script"])), name
+        assert all(rule["if"].startswith("$CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH") or "schedule" in rule["if"]
+                   for rule in job["rules"]), name
+
+
+def run_gitlab_job(tmp_path: Path, stub_ansible: Path, name: str, variables: dict[str, str]) -> tuple[
+        dict, subprocess.CompletedProcess, Path]:
+    """A job's before_script (less the venv) and script under bash, as a GitLab runner runs them, with a stub Ansible.
+
+    variables: the CI/CD variables GitLab would give the job; a File variable is written to a file of its name and
+    the variable holds the path. Returns the job, the run, and the job's secrets directory (left for after_script).
+    """
+    data = gitlab()
+    job = gitlab_job(data, name)
     work = tmp_path / "project"
     work.mkdir()
     (work / "examples").symlink_to(REPO / "examples")
-    key_file, hosts_file = tmp_path / "FLEET_SSH_PRIVATE_KEY", tmp_path / "FLEET_SSH_KNOWN_HOSTS"
-    key_file.write_text(FAKE_SECRETS["FLEET_SSH_PRIVATE_KEY"] + "\n")
-    hosts_file.write_text(FAKE_SECRETS["FLEET_SSH_KNOWN_HOSTS"] + "\n")
     env = {"PATH": f"{stub_ansible}:{os.environ['PATH']}", "HOME": str(tmp_path), "CI_PROJECT_DIR": str(work),
            "CI_JOB_ID": f"{os.getpid()}77", "CI_JOB_URL": "https://ci.invalid/job", "CI_COMMIT_SHORT_SHA": "abcdef12",
-           "FLEET_SSH_PRIVATE_KEY": str(key_file), "FLEET_SSH_KNOWN_HOSTS": str(hosts_file),
-           "FLEET_VAULT_PASSWORD": FAKE_SECRETS["FLEET_VAULT_PASSWORD"], "STUB_RECORD": str(tmp_path / "record"),
-           "STUB_LOG": str(tmp_path / "check.log"), "STUB_RC": "0"}
+           "STUB_RECORD": str(tmp_path / "record"), "STUB_LOG": str(tmp_path / "check.log"), "STUB_RC": "0"}
+    for key, value in variables.items():
+        if key in ("FLEET_SSH_PRIVATE_KEY", "FLEET_PREVIEW_SSH_PRIVATE_KEY", "FLEET_SSH_KNOWN_HOSTS"):  # type File
+            (tmp_path / key).write_text(value + "\n")
+            value = str(tmp_path / key)
+        env[key] = value
     for key, value in data["variables"].items():
         env[key] = os.path.expandvars(re.sub(r"\$(\w+)", lambda m: env.get(m.group(1), m.group(0)), str(value)))
-    secrets_dir = Path(env["FLEET_SECRETS_DIR"])
     lines = [line for line in flatten(job["before_script"]) if line not in flatten(data[".venv"])]
     lines += flatten(job["script"])
+    result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", "\n".join(lines)], cwd=work,
+                            env=env, capture_output=True, text=True, timeout=120, check=False)
+    job["env"] = env
+    return job, result, Path(env["FLEET_SECRETS_DIR"])
+
+
+def test_gitlab_check_diff_runs_as_on_gitlab(tmp_path: Path, stub_ansible: Path) -> None:
+    """The check-diff job under bash with a stub: the preview key, no vault, and the switch, even with main's variables set.
+
+    main's variables are given to the job too (as a wrongly scoped variable would): the preview must not use them.
+    """
+    job, result, secrets_dir = run_gitlab_job(tmp_path, stub_ansible, "check-diff", FAKE_SECRETS)
     try:
-        result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", "\n".join(lines)], cwd=work,
-                                env=env, capture_output=True, text=True, timeout=120, check=False)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "no FLEET_GITLAB_TOKEN" in result.stdout
-        record = key_values(tmp_path / "record")
-        assert key_values(tmp_path / "record.checks")["argv"] == "playbooks/check.yml -i inventory/production"
-        assert record["vault_mode"] == "600 key_mode=600"
-        assert record["ANSIBLE_VAULT_IDENTITY_LIST"] == f"fleet@{secrets_dir}/vault-password"
+        record, checks = key_values(tmp_path / "record"), key_values(tmp_path / "record.checks")
+        assert checks["argv"] == f"playbooks/check.yml -i inventory/production {WITHOUT_SECRETS}"
+        assert record["argv"] == f"site.yml -i inventory/production --check --diff {WITHOUT_SECRETS}"
+        for seen in (record, checks):
+            assert seen["vault"] == "none" and seen["ANSIBLE_VAULT_IDENTITY_LIST"] == ""
+            assert seen["key_mode"] == "600"
+            assert seen["key_sha256"] == key_digest(FAKE_SECRETS["FLEET_PREVIEW_SSH_PRIVATE_KEY"])
+            assert seen["secret_files"].split() == ["cp", "known_hosts", "ssh-key"]
         assert stat.S_IMODE(secrets_dir.stat().st_mode) == 0o700
+        for secret in FAKE_SECRETS.values():
+            assert secret not in result.stdout + result.stderr
+        assert "+max-model-len: 8192" in (tmp_path / "project" / "preview" / "report.md").read_text()
+        cleanup = subprocess.run(["bash", "-c", "\n".join(job["after_script"])], env=job["env"], check=False, timeout=60)
+        assert cleanup.returncode == 0 and not secrets_dir.exists()
+    finally:
+        shutil.rmtree(secrets_dir, ignore_errors=True)
+
+
+def test_gitlab_rollout_preview_runs_with_the_vault(tmp_path: Path, stub_ansible: Path) -> None:
+    """The rollout preview (fleet-main) gets the fleet's key and the Vault: 0600 files, nothing printed, no switch."""
+    main = {name: FAKE_SECRETS[name] for name in SECRET_NAMES}
+    job, result, secrets_dir = run_gitlab_job(tmp_path, stub_ansible, "rollout-preview", main)
+    try:
+        assert result.returncode == 0, result.stdout + result.stderr
+        record = key_values(tmp_path / "record")
+        assert record["argv"] == "site.yml -i inventory/production --check --diff"
+        assert record["ANSIBLE_VAULT_IDENTITY_LIST"] == f"fleet@{secrets_dir}/vault-password"
+        assert record["vault_mode"] == "600" and record["vault_content"] == FAKE_SECRETS["FLEET_VAULT_PASSWORD"]
+        assert record["key_mode"] == "600" and record["key_sha256"] == key_digest(FAKE_SECRETS["FLEET_SSH_PRIVATE_KEY"])
         assert FAKE_SECRETS["FLEET_VAULT_PASSWORD"] not in result.stdout + result.stderr
-        assert "+max-model-len: 8192" in (work / "preview" / "report.md").read_text()
-        cleanup = subprocess.run(["bash", "-c", "\n".join(job["after_script"])], env=env, check=False, timeout=60)
+        cleanup = subprocess.run(["bash", "-c", "\n".join(job["after_script"])], env=job["env"], check=False, timeout=60)
         assert cleanup.returncode == 0 and not secrets_dir.exists()
     finally:
         shutil.rmtree(secrets_dir, ignore_errors=True)

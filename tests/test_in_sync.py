@@ -50,6 +50,29 @@ def test_a_variable_that_cannot_be_templated_yet_counts_by_its_expression() -> N
         Undefined({"release_link": None}), KIT, [], {"release_link": "{{ vllm_install_dir }}/now"})
 
 
+class Undecryptable:
+    """A Vault value in a run without the Vault: reading it raises."""
+
+    def __str__(self) -> str:
+        """Raise as ansible-core does."""
+        raise RuntimeError("Attempting to decrypt but no vault secrets found")
+
+
+def test_a_vault_value_without_the_vault_counts_as_unreadable() -> None:
+    """Neither its value nor its expression can be read: its name stands for it, and the digest is still taken."""
+    raw = {"release_link": Undecryptable()}
+    assert in_sync.host_inputs(Undefined({"release_link": None}), raw) == {
+        "release_link": '{"unreadable": "release_link"}'}
+
+
+def test_digest_is_an_hmac_under_the_hosts_own_key() -> None:
+    """The same inputs under another host's key give another digest; without the key none can be recomputed."""
+    keyed = in_sync.inputs_digest(HOST_VARS, KIT, MANIFEST, key=b"k" * 32)
+    assert keyed == in_sync.inputs_digest(HOST_VARS, KIT, MANIFEST, key=b"k" * 32)
+    assert keyed != in_sync.inputs_digest(HOST_VARS, KIT, MANIFEST, key=b"j" * 32)
+    assert keyed != in_sync.inputs_digest(HOST_VARS, KIT, MANIFEST)
+
+
 def test_digest_follows_variables_and_kit_files_only() -> None:
     """A changed variable or kit file gives a new digest; facts and the skip switch itself do not."""
     base = in_sync.inputs_digest(HOST_VARS, KIT, MANIFEST)

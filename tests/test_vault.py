@@ -9,8 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from ansible.parsing.vault import VaultLib, VaultSecret
+
 from conftest import REPO
-from example_fleet import example_fleet
+from example_fleet import SECRETS, example_fleet
 from test_check_playbook import check
 
 sys.path.insert(0, str(REPO / "lib"))
@@ -72,3 +75,45 @@ def test_check_refuses_a_host_holding_lab_secrets(tmp_path: Path) -> None:
     for host in ("gpu-3090-a", "gpu-4090-a", "gateway-a"):
         assert f"{host:<27}: ok=" in done.stdout and f"{host}: " not in "\n".join(summary)
     assert "changed=1" not in done.stdout
+
+
+def encrypt_secrets(inventory: Path) -> None:
+    """Encrypt the example fleet's secrets with a vault id (prod) whose password no test run is given."""
+    lib = VaultLib([("prod", VaultSecret(b"the fleet's own password"))])
+    for group, values in SECRETS.items():
+        lines = []
+        for name, value in values.items():
+            text = lib.encrypt(value, vault_id="prod").decode()
+            lines.append(f"{name}: !vault |\n" + "".join(f"  {line}\n" for line in text.splitlines()))
+        (inventory / "group_vars" / group / "secrets.yml").write_text("".join(lines))
+
+
+def test_check_runs_without_the_vault_when_told(tmp_path: Path) -> None:
+    """A pull-request preview holds no Vault password: check.yml reads a vaulted key and fails, unless the run says it
+    holds no secret; then every check passes and the vaulted keys count as set."""
+    inventory = example_fleet(tmp_path)
+    encrypt_secrets(inventory)
+    env_without_vault = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_VAULT")}
+    with pytest.MonkeyPatch.context() as patch:
+        for name in set(os.environ) - set(env_without_vault):
+            patch.delenv(name)
+        reading = check(inventory)
+        without = check(inventory, "-e", "vllm_fleet_without_secrets=true")
+    assert reading.returncode != 0 and "no vault secrets" in reading.stdout, reading.stdout[-3000:]
+    assert without.returncode == 0, without.stdout[-3000:]
+    assert "Check the gateway's users" in without.stdout
+
+
+@pytest.mark.parametrize(("check_mode", "refused"), [(False, True), (True, False)])
+def test_a_run_without_secrets_only_looks(check_mode: bool, refused: bool, tmp_path: Path) -> None:
+    """-e vllm_fleet_without_secrets=true outside check mode is refused in one line before anything changes."""
+    play = tmp_path / "play.yml"
+    play.write_text(f"- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.import_tasks: "
+                    f"{REPO}/playbooks/tasks/refuse-changes-without-secrets.yml\n")
+    env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "controller,", "-c", "local", str(play),
+            "-e", f"ansible_python_interpreter={sys.executable}", "-e", "vllm_fleet_without_secrets=true",
+            *(["--check"] if check_mode else [])]
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert (done.returncode != 0) == refused, done.stdout[-2000:]
+    assert ("controller: vllm_fleet_without_secrets is true, which only a check may be" in done.stdout) == refused

@@ -5,6 +5,7 @@ one (site.yml's in-sync check, plugins/modules/vllm_fleet_in_sync.py)."""
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -45,11 +46,15 @@ def controller_files(paths: Iterable[str], whole_up_to: int = 1 << 20) -> list[t
 
 def _as_json(host_vars: Mapping[str, Any], raw_vars: Mapping[str, Any], name: str) -> str:
     """Return one variable's value as JSON; one that cannot be templated yet (it names a role default or a later
-    task's result) counts by its expression."""
+    task's result) counts by its expression, and one that cannot be read at all (a Vault value without the Vault) by
+    its name."""
     try:
         return json.dumps(host_vars[name], sort_keys=True, default=str)
     except Exception:  # noqa: BLE001 - Ansible raises its own error types for undefined names
-        return json.dumps({"untemplated": str(raw_vars.get(name))})
+        try:
+            return json.dumps({"untemplated": str(raw_vars.get(name))})
+        except Exception:  # noqa: BLE001 - a Vault value in a run without the Vault counts as unknown
+            return json.dumps({"unreadable": name})
 
 
 def host_inputs(host_vars: Mapping[str, Any], raw_vars: Mapping[str, Any] | None = None) -> dict[str, str]:
@@ -70,8 +75,9 @@ def files_digest(files: Iterable[tuple[str, bytes]]) -> str:
 
 
 def inputs_digest(host_vars: Mapping[str, Any], kit_digest: str, files: Iterable[tuple[str, bytes]],
-                  raw_vars: Mapping[str, Any] | None = None) -> str:
-    """Return the sha256 of the host's inputs, the kit's digest and the controller files the host's converge reads:
-    equal digests, equal converges."""
+                  raw_vars: Mapping[str, Any] | None = None, key: bytes = b"") -> str:
+    """Return the HMAC-SHA256, keyed by the host's own key, of the host's inputs, the kit's digest and the controller
+    files the host's converge reads: equal digests, equal converges; without the key, no guess at a secret among the
+    inputs can be checked against a record."""
     inputs = json.dumps(host_inputs(host_vars, raw_vars), sort_keys=True)
-    return hashlib.sha256(f"{inputs}\0{kit_digest}\0{files_digest(files)}".encode()).hexdigest()
+    return hmac.new(key, f"{inputs}\0{kit_digest}\0{files_digest(files)}".encode(), hashlib.sha256).hexdigest()

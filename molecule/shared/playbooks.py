@@ -19,15 +19,19 @@ def lab_host(name: str) -> testinfra.host.Host:
 
 
 def run_playbook(scenario: Path, lab: str, limit: str, playbook: str, *extra: str, timeout: float = 1200,
-                 kit_output: bool = False) -> subprocess.CompletedProcess[str]:
+                 kit_output: bool = False, vault: bool = True) -> subprocess.CompletedProcess[str]:
     """Run scenario/playbook with molecule's inventory on one host of one lab; stdout and stderr merged, no colour;
     killed after timeout seconds (its return code then is negative); kit_output: the kit's own callback, as users
-    see it (one line per failed host, and the FAILED HOSTS summary), instead of molecule's."""
+    see it (one line per failed host, and the FAILED HOSTS summary), instead of molecule's; vault false: without any
+    Vault password, as a pull-request preview runs."""
     inventory = str(Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent)  # holds the links to the lab's inventory
     command = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", inventory, "--limit", limit,
                str(scenario / playbook), *extra]
     env = {**os.environ, "VFL_LAB": lab, "ANSIBLE_CALLBACK_RESULT_FORMAT": "json", "ANSIBLE_NOCOLOR": "1",
            "ANSIBLE_FORCE_COLOR": "0"}
+    if not vault:
+        env.pop("ANSIBLE_VAULT_IDENTITY_LIST", None)
+        env.pop("ANSIBLE_VAULT_PASSWORD_FILE", None)
     if kit_output:
         repo = Path(__file__).resolve().parents[2]
         env.update(ANSIBLE_STDOUT_CALLBACK="vllm_fleet", ANSIBLE_CALLBACK_PLUGINS=str(repo / "plugins" / "callback"))

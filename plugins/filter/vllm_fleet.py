@@ -3,6 +3,8 @@ rules, verification, rollouts, in-sync checks, wheelhouse locks, compile-cache b
 
 from __future__ import annotations
 
+import base64
+
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -22,12 +24,12 @@ def kit_digest(kit_root: str) -> str:
     return in_sync.files_digest(in_sync.kit_files(Path(kit_root)))
 
 
-def inputs_digest(host_vars: Any, kit: str, controller_paths: list[str]) -> str:
-    """Return the digest of what a converge of the host deploys: its variables, the kit's digest and the controller
-    files it reads."""
+def inputs_digest(host_vars: Any, key_b64: str, kit: str, controller_paths: list[str]) -> str:
+    """Return the HMAC, keyed by the host's own key (base64), of what a converge of the host deploys: its variables,
+    the kit's digest and the controller files it reads."""
     # HostVarsVars keeps the host's untemplated variables; they stand for those that cannot be templated yet.
     return in_sync.inputs_digest(host_vars, kit, in_sync.controller_files(controller_paths),
-                                 getattr(host_vars, "_vars", None))
+                                 getattr(host_vars, "_vars", None), base64.b64decode(key_b64))
 
 
 def host_values(hosts: list[str], hostvars: Any, name: str) -> dict[str, Any]:

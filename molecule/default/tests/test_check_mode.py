@@ -1,4 +1,5 @@
-"""Check mode as the PR preview of the main job (docs/check-mode.md): `site.yml --check --diff` on the converged lab.
+"""Check mode as the PR preview of the main job (docs/check-mode.md): `site.yml --check --diff` on the converged lab,
+without the Vault (-e vllm_fleet_without_secrets=true and no password, as examples/gitops runs it).
 
 One run on mdef1 and mdef2 (tests/rerun_hosts.py), with one host var changed (the batch scene's max_num_seqs on the
 host that runs batch, from a second inventory source as a pull request would change it): the other host reports no
@@ -117,7 +118,8 @@ def one_change_check() -> tuple[str, tuple[str, str], tuple[str, str]]:
         (Path(change) / "host_vars").mkdir()
         (Path(change) / "hosts.yml").write_text(yaml.safe_dump({"gpu_hosts": {"hosts": {host: None}}}))
         (Path(change) / "host_vars" / f"{host}.yml").write_text(yaml.safe_dump({"vllm_scenes_list": scenes}))
-        result = run_playbook(SCENARIO, LAB, LIMIT, "converge.yml", "--check", "--diff", "-i", change)
+        result = run_playbook(SCENARIO, LAB, LIMIT, "converge.yml", "--check", "--diff", "-i", change,
+                              "-e", "vllm_fleet_without_secrets=true", vault=False)
     assert result.returncode == 0, result.stdout[-4000:]
     return result.stdout, before, scene_state(host)
 
@@ -157,3 +159,13 @@ def test_one_host_var_change_reports_exactly_that_scene(host: testinfra.host.Hos
     assert recap(output, name(host))["changed"] == (len(EXPECTED_CHANGES) if name(host) == target else 0)
     assert diffs(output) == EXPECTED_DIFFS, diffs(output)
     assert after == before  # check mode wrote nothing and restarted nothing
+
+
+def test_preview_reads_no_secret(host: testinfra.host.Host) -> None:
+    """Without the Vault the preview compares each scene's key file by owner and mode and never renders it; the
+    ingress's and the CA's secrets are not read either (the run above would have failed on a Vault value)."""
+    output, _, _ = one_change_check()
+    header = "TASK [vllm_scenes : Keep each scene's secret environment root's alone]"
+    task = output.split(header, 1)[1].split("\nTASK ", 1)[0]
+    assert re.search(rf"^ok: \[{re.escape(name(host))}\] => \(item=", task, re.M), task
+    assert "Attempting to decrypt" not in output

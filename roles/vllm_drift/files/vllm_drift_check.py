@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -124,12 +125,24 @@ def summary_line(status: Mapping[str, Any]) -> str:
     return f"vllm-drift: {status['verdict']}: {status['message']} (ref {status['ref']}, commit {commit})"
 
 
+def split_credentials(url: str) -> tuple[str, dict[str, str]]:
+    """Return the URL without its user and password, and the git environment that puts them back: git rewrites the
+    plain URL to the full one (url.<full>.insteadOf), so no command line, status or log line carries the secret."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.password is None and parts.username is None:
+        return url, {}
+    host = parts.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    plain = urllib.parse.urlunsplit(parts._replace(netloc=netloc + (f":{parts.port}" if parts.port else "")))
+    return plain, {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": f"url.{url}.insteadOf", "GIT_CONFIG_VALUE_0": plain}
+
+
 def pull_argv(config: Mapping[str, Any]) -> list[str]:
     """Return the ansible-pull command line: check mode with diff, a full clone at the pinned commit (its signature
     verified when keys are trusted), local connection, no secret, every task checked (a host in sync with its last
     converge is not skipped: drift is what the record may miss)."""
     argv = [str(Path(config["venv_dir"]) / "bin" / "ansible-pull"), "--check", "--diff", "--full", "--clean",
-            "--url", str(config["repo_url"]), "--checkout", str(config["ref"]), "--directory",
+            "--url", split_credentials(str(config["repo_url"]))[0], "--checkout", str(config["ref"]), "--directory",
             str(config["checkout_dir"]), "--inventory", str(config["inventory"]), "--limit", str(config["limit"]),
             "--extra-vars", "ansible_connection=local", "--extra-vars", json.dumps(CHECK_VARS)]
     if config.get("gnupg_home"):
@@ -163,6 +176,7 @@ def main(argv: Sequence[str]) -> int:
     log_path = state_dir / "last-run.log"
     report_path = work / "report.json"
     report_path.unlink(missing_ok=True)
+    repo_url, repo_env = split_credentials(str(config["repo_url"]))
     env = {
         **os.environ,
         "LANG": "C.UTF-8",
@@ -178,6 +192,7 @@ def main(argv: Sequence[str]) -> int:
         "PYTHONUNBUFFERED": "1",  # ansible-pull's own lines in order with its children's in the log
         "VLLM_DRIFT_REPORT": str(report_path),
         **({"GNUPGHOME": str(config["gnupg_home"])} if config.get("gnupg_home") else {}),
+        **repo_env,
     }
     started = time.monotonic()
     checked_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
@@ -190,7 +205,7 @@ def main(argv: Sequence[str]) -> int:
     head = _git(checkout, "rev-parse", "--verify", "HEAD^{commit}") if (checkout / ".git").exists() else None
     commit = head.stdout.strip() if head is not None and head.returncode == 0 else None
     result = evaluate(report, pull.returncode)
-    status = build_status(result, checked_at=checked_at, repo=str(config["repo_url"]), ref=str(config["ref"]),
+    status = build_status(result, checked_at=checked_at, repo=repo_url, ref=str(config["ref"]),
                           commit=commit, limit=str(config["limit"]),
                           duration_s=time.monotonic() - started, log=str(log_path))
     write_atomically(Path(config["status_file"]), json.dumps(status, indent=2) + "\n")
