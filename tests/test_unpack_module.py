@@ -1,4 +1,4 @@
-"""vllm_fleet_unpack: a real tar.zst served over HTTP on loopback, unpacked in one pass, or refused with the reason."""
+"""vllm_fleet_unpack: a real tar.zst served over HTTP on loopback, checked, then unpacked, or refused with the reason."""
 
 from __future__ import annotations
 
@@ -60,9 +60,30 @@ def test_archive_is_unpacked_with_modes_and_times(served: dict[str, Any], capsys
 
 
 def test_other_digest_fails_and_names_both(served: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
-    """A digest other than the published one fails the task with both digests."""
+    """A digest other than the published one fails the task with both digests, before anything is unpacked: the
+    destination stays empty and no private directory is left beside it."""
     result = run(capsys, served, checksum="0" * 64)
     assert result["failed"] and served["sha256"] in result["msg"] and "not the published " + "0" * 64 in result["msg"]
+    assert not any(served["dest"].iterdir()) and sorted(p.name for p in served["dest"].parent.iterdir()) == [
+        "dest", "tree", "www"]
+
+
+def test_owners_are_not_taken_from_the_archive(served: dict[str, Any], capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Path) -> None:
+    """An archive naming another owner for its files unpacks them as the user who runs the module."""
+    archive = tmp_path / "www" / "o.tar.zst"
+    subprocess.run(["tar", "--create", "--zstd", "--owner=4242", "--group=4242", "--file", str(archive),
+                    "--directory", str(served["tree"]), "."], check=True)
+    digest = hashlib.sha256((tmp_path / "www" / "o.tar.zst").read_bytes()).hexdigest()
+    assert run(capsys, served, url=served["url"].replace("r.tar.zst", "o.tar.zst"), checksum=digest)["changed"]
+    assert {p.stat().st_uid for p in served["dest"].rglob("*")} == {os.getuid()}
+
+
+def test_a_destination_with_files_is_refused(served: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """What an earlier attempt left is the caller's to remove: the module never unpacks over it."""
+    (served["dest"] / "left").write_text("x")
+    result = run(capsys, served)
+    assert result["failed"] and "is not empty" in result["msg"]
 
 
 def test_missing_archive_fails_with_the_http_error(served: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:

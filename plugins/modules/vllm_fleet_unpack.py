@@ -1,16 +1,17 @@
 #!/usr/bin/python
-"""Ansible module: stream a compressed tar archive from a URL into tar while taking its SHA-256, in one pass."""
+"""Ansible module: download a compressed tar archive into a private directory, check its SHA-256, then unpack it."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: vllm_fleet_unpack
-short_description: Download a compressed tar archive and unpack it in one pass, checking its SHA-256
+short_description: Download a compressed tar archive, check its SHA-256, then unpack it
 description:
-  - Streams the archive at I(url) into C(tar --extract) while it hashes it, so the host neither stores the archive nor
-    reads it a second time.
-  - Fails when tar fails or the digest is not I(checksum). What tar wrote into I(dest) by then stays there; the caller
-    removes it, and counts I(dest) as complete only once it has checked it.
+  - Downloads the archive at I(url) into a new root-only (0700) directory beside I(dest), hashing it as it arrives.
+    Only an archive whose digest is I(checksum) is unpacked, with C(tar --no-same-owner) inside that directory; the
+    tree then replaces the empty I(dest) in one rename, and the archive is deleted.
+  - Fails when the download fails, the digest is not I(checksum) (nothing is unpacked) or tar fails; I(dest) is then
+    left as it was and the private directory is removed.
 version_added: "0.1.0"
 author: vllm-fleet
 options:
@@ -23,7 +24,7 @@ options:
     type: str
     required: true
   dest:
-    description: Existing directory to unpack into; tar keeps the archive's modes and times.
+    description: Empty (or absent) directory the tree becomes; tar keeps the archive's modes and times, not its owners.
     type: path
     required: true
   compress_program:
@@ -57,7 +58,9 @@ bytes:
 """
 
 import hashlib  # noqa: E402
+import os  # noqa: E402
 import re  # noqa: E402
+import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
 from collections.abc import Iterable, Iterator  # noqa: E402
@@ -85,40 +88,51 @@ def read_chunks(stream: Any) -> Iterator[bytes]:
         yield chunk
 
 
+def download(url: str, archive: str, timeout: int) -> tuple[str, int]:
+    """Write url's body to a new file archive (0600); return its SHA-256 and size."""
+    with open_url(url, timeout=timeout) as response, open(archive, "xb") as sink:
+        return copy_hashing(read_chunks(response), sink)
+
+
+def unpack(archive: str, tree: str, compress_program: str) -> str:
+    """Extract archive into the new directory tree as the caller's user; return tar's complaint ('' on success)."""
+    os.mkdir(tree, 0o700)
+    done = subprocess.run(["tar", "--extract", "--no-same-owner", f"--use-compress-program={compress_program}",
+                           "--directory", tree, "--file", archive], capture_output=True, check=False)
+    return "" if done.returncode == 0 else done.stderr.decode(errors="replace").strip()[-1000:] or "nothing"
+
+
 def main() -> None:
-    """Stream url into tar under dest; fail on a bad checksum argument, a download or tar error, or another digest."""
+    """Download url privately, check its digest, unpack it and put the tree at dest; fail with the reason otherwise."""
     module = AnsibleModule(argument_spec={
         "url": {"type": "str", "required": True}, "checksum": {"type": "str", "required": True},
         "dest": {"type": "path", "required": True}, "compress_program": {"type": "str", "default": "zstd"},
         "timeout": {"type": "int", "default": 60}}, supports_check_mode=True)
-    url, expected = module.params["url"], module.params["checksum"].strip().lower()
+    url, expected, dest = module.params["url"], module.params["checksum"].strip().lower(), module.params["dest"]
     if not re.fullmatch(r"[0-9a-f]{64}", expected):
         module.fail_json(msg=f"checksum must be a SHA-256 of 64 hexadecimal digits, not {expected!r}")
+    if os.path.isdir(dest) and os.listdir(dest):
+        module.fail_json(msg=f"{dest} is not empty: the caller removes what an earlier attempt left")
     if module.check_mode:
         module.exit_json(changed=True)
-    # tar's messages go to a file: a pipe nobody reads while the download runs could fill up and stall tar.
-    with tempfile.TemporaryFile() as tar_errors:
-        tar = subprocess.Popen(["tar", "--extract", f"--use-compress-program={module.params['compress_program']}",
-                                "--directory", module.params["dest"], "--file", "-"],
-                               stdin=subprocess.PIPE, stderr=tar_errors)
-        assert tar.stdin is not None
-        actual, size = "", 0
+    private = tempfile.mkdtemp(prefix=f".{os.path.basename(dest)}.", dir=os.path.dirname(dest))  # 0700
+    try:
+        archive, tree = os.path.join(private, "archive"), os.path.join(private, "tree")
         try:
-            with open_url(url, timeout=module.params["timeout"]) as response:
-                actual, size = copy_hashing(read_chunks(response), tar.stdin)
-            tar.stdin.close()
-            failure = "" if tar.wait() == 0 else f"tar could not unpack {url}"
-        except (OSError, ValueError) as error:  # HTTP errors, timeouts, and tar gone early (broken pipe)
-            tar.kill()
-            tar.wait()
-            failure = f"downloading {url} into tar failed: {error}"
-        tar_errors.seek(0)
-        said = tar_errors.read().decode(errors="replace").strip()[-1000:]
-    if failure:
-        module.fail_json(msg=f"{failure}; tar said: {said or 'nothing'}")
-    if actual != expected:
-        module.fail_json(msg=f"{url} has SHA-256 {actual}, not the published {expected}: the copy on the server "
-                             "changed or broke after it was published")
+            actual, size = download(url, archive, module.params["timeout"])
+        except (OSError, ValueError) as error:  # HTTP errors and timeouts
+            module.fail_json(msg=f"downloading {url} failed: {error}")
+        if actual != expected:
+            module.fail_json(msg=f"{url} has SHA-256 {actual}, not the published {expected}: the copy on the server "
+                                 "changed or broke after it was published; nothing was unpacked")
+        said = unpack(archive, tree, module.params["compress_program"])
+        if said:
+            module.fail_json(msg=f"tar could not unpack {url}; tar said: {said}")
+        if os.path.isdir(dest):
+            os.rmdir(dest)
+        os.rename(tree, dest)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
     module.exit_json(changed=True, bytes=size)
 
 

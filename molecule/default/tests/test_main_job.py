@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
+import os
 import re
 import sys
 import tempfile
@@ -109,6 +111,20 @@ def test_secrets_stay_out_of_process_list_and_world(host: testinfra.host.Host) -
         env = host.file(f"/etc/vllm/scenes/{scene}.env")
         assert (env.user, env.group, env.mode) == ("root", "root", 0o600)
         assert api_key(host, scene) not in processes
+
+
+def test_no_host_fetched_a_release_lock_from_the_wheels_server() -> None:
+    """The lock's hashes come from the controller (copied to the host), never from the server of the wheels they
+    check: in this lab's life the file server was asked for wheels, never for a .lock."""
+    lab = Path("/var/lib/vllm-fleet-lab")
+    key = lab / "labs" / os.environ.get("VFL_LAB", "mdef") / "id_ed25519"  # made when the lab was
+    since = datetime.datetime.fromtimestamp(key.stat().st_mtime)
+    asked = []
+    for line in (lab / "fileserver.log").read_text(errors="replace").splitlines():
+        found = re.search(r'\[(\d+/\w+/\d+ [\d:]+)\] "GET (\S+)', line)
+        if found and datetime.datetime.strptime(found.group(1), "%d/%b/%Y %H:%M:%S") >= since:
+            asked.append(found.group(2))
+    assert asked and not [path for path in asked if path.endswith(".lock")], asked[-20:]
 
 
 def test_caches_persist_on_disk_owned_by_the_service(host: testinfra.host.Host) -> None:
