@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from conftest import REPO, load_as, run_module_main
 
@@ -121,11 +122,12 @@ def test_ready_targets_probe_on_the_host() -> None:
         {"name": "batch", "url": "http://127.0.0.1:8001", "unit": "vllm-scene-batch.service"}]
 
 
-def run_module(state: str, root: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:
+def run_module(state: str, root: Path, capsys: pytest.CaptureFixture[str], **extra: Any) -> dict[str, Any]:
     """Run the vllm_fleet_deployment module on files under root (no systemd) and return its result."""
     args = {"state": state, "config_dir": str(root / "etc"), "unit_dir": str(root / "units"),
             "release_link": str(root / "current"), "model_dir": str(root / "models"),
-            "fact_path": str(root / "facts" / "vllm_fleet.fact"), "snapshot_dir": str(root / "snapshot"), "systemd": False}
+            "fact_path": str(root / "facts" / "vllm_fleet.fact"), "snapshot_dir": str(root / "snapshot"), "systemd": False,
+            **extra}
     return run_module_main(deployment_module, args, capsys)
 
 
@@ -178,6 +180,36 @@ def test_module_snapshot_then_restore_puts_the_host_back(host_root: Path, capsys
     assert run_module("restore", host_root, capsys)["changed"] is False
 
 
+def kept_texts(snapshot: Path) -> set[str]:
+    """Return the contents of the files a snapshot keeps (its manifest left out)."""
+    return {path.read_text() for path in snapshot.iterdir() if path.name != "manifest.json"}
+
+
+def test_an_unfinished_run_keeps_the_last_good_snapshot(host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run that snapshotted and never finished (killed half-way) leaves its mark: the next snapshot keeps what the
+    host ran before that run instead of the half-deployed state, and says whose run it was; finish clears the mark,
+    and the snapshot then replaced is kept as the previous generation."""
+    assert run_module("snapshot", host_root, capsys, run="rollout")["interrupted"] is None
+    mark = json.loads((host_root / "snapshot.in-progress.json").read_text())
+    assert mark["run"] == "rollout" and mark["started_at"]
+    (host_root / "etc" / "realtime.yaml").write_text("half-deployed\n")  # then the controller was killed
+    again = run_module("snapshot", host_root, capsys, run="rollout")
+    assert again["interrupted"] == mark and again["changed"] is False
+    assert "max-num-seqs: 16\n" in kept_texts(host_root / "snapshot")
+    assert run_module("finish", host_root, capsys)["changed"] is True
+    assert not (host_root / "snapshot.in-progress.json").exists()
+    assert run_module("finish", host_root, capsys)["changed"] is False
+    assert run_module("snapshot", host_root, capsys, run="converge")["changed"] is True
+    assert "max-num-seqs: 16\n" in kept_texts(host_root / "snapshot.previous")
+    assert "half-deployed\n" in kept_texts(host_root / "snapshot")
+
+
+def test_check_mode_marks_nothing(host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A preview takes no snapshot and leaves no mark."""
+    run_module("snapshot", host_root, capsys, run="converge", _ansible_check_mode=True)
+    assert not (host_root / "snapshot.in-progress.json").exists() and not (host_root / "snapshot").exists()
+
+
 def test_module_refuses_a_restore_without_snapshot(host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Restore with no snapshot fails and says why."""
     result = run_module("restore", host_root, capsys)
@@ -194,3 +226,27 @@ def test_failed_restore_message_gives_both_reasons() -> None:
     converge = rollout.restore_failure_message("lab1", "scenes", "Wait", {"msg": "x"}, "Restore", {"msg": "y"},
                                                "converge")
     assert converge.startswith("lab1: converge failed") and converge.endswith("The other hosts go on.")
+
+
+@pytest.mark.parametrize(("tasks_file", "marker_task"), [
+    ("roles/vllm/tasks/check.yml", "Mark the release complete"),
+    ("roles/vllm_model/tasks/fetch.yml", "Write the marker that makes later runs skip the fetch"),
+    ("roles/vllm/tasks/share.yml", "Publish the packed release's checksum"),
+])
+def test_data_reaches_the_disk_before_its_completion_marker(tasks_file: str, marker_task: str) -> None:
+    """The task right before each completion marker syncs what it marks complete, so a crash never leaves a marker
+    over files that were still in the page cache."""
+    def flat(tasks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Return the tasks in order, blocks opened."""
+        return [leaf for task in tasks for leaf in ([task] if "block" not in task else flat(task["block"]))]
+    tasks = flat(yaml.safe_load((REPO / tasks_file).read_text()))
+    names = [task.get("name") for task in tasks]
+    before = tasks[names.index(marker_task) - 1]
+    assert before["ansible.builtin.command"]["argv"][0] == "sync", before
+
+
+def test_a_rollout_snapshots_as_a_rollout() -> None:
+    """playbooks/rollout.yml's snapshot is taken as a rollout, the one kind of run an unfinished run refuses."""
+    tasks = yaml.safe_load((REPO / "playbooks" / "rollout.yml").read_text())[1]["tasks"]
+    snapshot = next(task for task in tasks if task.get("ansible.builtin.include_role", {}).get("tasks_from") == "snapshot")
+    assert snapshot["vars"]["vllm_state_run"] == "rollout"

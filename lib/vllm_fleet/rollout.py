@@ -44,7 +44,7 @@ def failure_reason(result: dict[str, Any] | None) -> str:
 
 # How each kind of run ends for a failed host, after its restore: a rollout stops, a converge goes on elsewhere.
 RUN_ENDS = {"rollout": "The rollout stops here: hosts of later batches were not touched.",
-            "converge": "The other hosts go on."}
+            "converge": "The other hosts go on.", "restore": "The other hosts go on."}
 
 
 def failure_message(host: str, step: str, task: str, result: dict[str, Any] | None, restore: dict[str, Any] | None,

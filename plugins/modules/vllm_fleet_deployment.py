@@ -9,17 +9,26 @@ short_description: Inspect, snapshot or restore the scene files and the active v
 description:
   - C(inspect) reports the active release and the sha256 of every scene config and unit; it changes nothing.
   - C(snapshot) copies the scene configs, secret environments and units, the release pointer and the deployed-state
-    fact into I(snapshot_dir) (root only), so a rollout can step back.
+    fact into I(snapshot_dir) (root only), so a rollout can step back, and marks I(run) as in progress beside it. The
+    snapshot it replaces is kept as C(<snapshot_dir>.previous). While a run's mark is there (it did not finish, as it
+    failed unrestored or was killed), no snapshot is taken and the last good one is kept; C(interrupted) says whose
+    run it was.
   - C(restore) puts the snapshot back; scenes the snapshot does not know are stopped, disabled and removed; it
     reloads systemd and returns the scenes whose files it changed (the caller restarts them).
+  - C(finish) removes the in-progress mark once the run deployed (or restored) the host and proved it healthy.
+  - Every file is synced to disk before the snapshot or the mark that names it is in place.
 version_added: "0.1.0"
 author: vllm-fleet
 options:
   state:
     description: What to do.
     type: str
-    choices: [inspect, snapshot, restore]
+    choices: [inspect, snapshot, restore, finish]
     default: inspect
+  run:
+    description: What marks itself in progress at C(snapshot), e.g. C(rollout) or C(converge).
+    type: str
+    default: run
   config_dir:
     description: The scene configs (C(<scene>.yaml)) and secret environments (C(<scene>.env)).
     type: path
@@ -107,8 +116,13 @@ recorded:
   returned: state=restore
   type: list
   elements: str
+interrupted:
+  description: The mark ({run, started_at}) of a run that did not finish, found at C(snapshot); null when none.
+  returned: state=snapshot
+  type: dict
 """
 
+import datetime  # noqa: E402
 import hashlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
@@ -160,15 +174,42 @@ def model_markers(model_dir: Path) -> dict[str, dict[str, Any]]:
     return models
 
 
+def fsync_path(path: Path) -> None:
+    """Flush a file's or a directory's entries to disk."""
+    handle = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
 def copy_with_owner(source: Path, dest: Path) -> None:
-    """Copy a file atomically, keeping the source's owner, group and mode."""
+    """Copy a file atomically and durably, keeping the source's owner, group and mode."""
     info = source.stat()
     handle, temporary = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.")
     os.close(handle)
     shutil.copyfile(source, temporary)
     os.chown(temporary, info.st_uid, info.st_gid)
     os.chmod(temporary, info.st_mode & 0o7777)
+    fsync_path(Path(temporary))
     os.replace(temporary, dest)
+    fsync_path(dest.parent)
+
+
+def in_progress_path(where: Path) -> Path:
+    """Return where a run marks itself in progress: beside the snapshot, which a new snapshot replaces whole."""
+    return where.with_name(f"{where.name}.in-progress.json")
+
+
+def mark_in_progress(where: Path, run: str) -> None:
+    """Mark run as in progress, durably, once its snapshot is on disk."""
+    mark = in_progress_path(where)
+    temporary = mark.with_name(f".{mark.name}.new")
+    temporary.write_text(json.dumps({"run": run, "started_at": datetime.datetime.now(datetime.timezone.utc)
+                                     .isoformat(timespec="seconds")}))
+    fsync_path(temporary)
+    os.replace(temporary, mark)
+    fsync_path(mark.parent)
 
 
 def relink(link: Path, target: str) -> None:
@@ -197,8 +238,14 @@ def take_snapshot(files: dict[str, str], manifest: dict[str, Any], where: Path, 
     if fact_path.is_file():
         copy_with_owner(fact_path, staging / FACT_COPY)
     (staging / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    shutil.rmtree(where, ignore_errors=True)
+    fsync_path(staging / "manifest.json")
+    fsync_path(staging)
+    previous = where.with_name(f"{where.name}.previous")
+    if where.is_dir():
+        shutil.rmtree(previous, ignore_errors=True)
+        os.replace(where, previous)
     os.replace(staging, where)
+    fsync_path(where.parent)
 
 
 def restore(module: AnsibleModule, layout: Layout, files: dict[str, str], sums: dict[str, str],
@@ -238,7 +285,8 @@ def main() -> None:
     """Run the module."""
     module = AnsibleModule(
         argument_spec={
-            "state": {"type": "str", "choices": ["inspect", "snapshot", "restore"], "default": "inspect"},
+            "state": {"type": "str", "choices": ["inspect", "snapshot", "restore", "finish"], "default": "inspect"},
+            "run": {"type": "str", "default": "run"},
             "config_dir": {"type": "path", "default": "/etc/vllm/scenes"},
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
             "unit_prefix": {"type": "str", "default": "vllm-scene-"},
@@ -260,11 +308,20 @@ def main() -> None:
                               "release_marker": read_json(layout.release_link / RELEASE_MARKER),
                               "models": model_markers(Path(params["model_dir"])),
                               "scenes": scene_digests(files, sums), "fact": read_json(fact_path)}
+    mark = in_progress_path(where)
     if params["state"] == "snapshot":
+        result["interrupted"] = read_json(mark)
         manifest = snapshot_manifest(result["release"], result["fact"], files, sums)
-        result["changed"] = read_json(where / "manifest.json") != manifest
+        result["changed"] = result["interrupted"] is None and read_json(where / "manifest.json") != manifest
+        if result["interrupted"] is None and not module.check_mode:
+            if result["changed"]:
+                take_snapshot(files, manifest, where, fact_path)
+            mark_in_progress(where, params["run"])
+    elif params["state"] == "finish":
+        result["changed"] = mark.exists()
         if result["changed"] and not module.check_mode:
-            take_snapshot(files, manifest, where, fact_path)
+            mark.unlink()
+            fsync_path(mark.parent)
     elif params["state"] == "restore":
         result.update(restore(module, layout, files, sums, result["release"], where, fact_path))
     module.exit_json(**result)
