@@ -55,6 +55,7 @@ def test_an_unfinished_rollout_refuses_the_next_in_one_line() -> None:
     assert first.returncode == 0 and '"run": "rollout"' in mark, first.stdout[-3000:]
     summary = second.stdout.split("FAILED HOSTS")[1].strip().splitlines()[1:] if "FAILED HOSTS" in second.stdout else []
     assert len(summary) == 1 and summary[0].startswith(f"{HOST}: the rollout started "), second.stdout[-3000:]
+    assert "has not finished on this host: if it is still running, wait for it" in summary[0]
     assert f"ansible-playbook playbooks/restore.yml -i <inventory> -l {HOST}" in summary[0]
     assert "changed=0" in second.stdout
 
