@@ -173,13 +173,22 @@ def test_pull_argv() -> None:
     ("http://t0ken@[2001:db8::1]/fleet.git", "http://[2001:db8::1]/fleet.git"),
 ])
 def test_credentials_leave_the_url_for_gits_environment(url: str, plain: str) -> None:
-    """The URL on the command line and in the status has no user or password; git's environment maps it back."""
-    found, env = drift.split_credentials(url)
+    """The URL on the command line and in the status has no user or password; git's askpass program answers them."""
+    found, user, password = drift.split_credentials(url)
     assert found == plain and "t0ken" not in found
-    assert env == ({} if url == plain else {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": f"url.{url}.insteadOf",
-                                             "GIT_CONFIG_VALUE_0": plain})
+    assert "t0ken" in (user + password) if url != plain else (user, password) == ("", "")
     assert "t0ken" not in " ".join(drift.pull_argv({"venv_dir": "/v", "repo_url": url, "ref": "r", "checkout_dir": "/c",
                                                     "inventory": "i", "limit": "h", "playbook": "p"}))
+
+
+def test_askpass_answers_each_prompt(tmp_path: Path) -> None:
+    """The askpass program prints the user for git's user prompt and the password for any other, quotes and all."""
+    script = tmp_path / "askpass"
+    script.write_text(drift.askpass_script("ci", "p'a$s w"))
+    script.chmod(0o700)
+    ask = [subprocess.run([str(script), prompt], capture_output=True, text=True, check=True).stdout
+           for prompt in ("Username for 'https://git.example.com': ", "Password for 'https://ci@git.example.com': ")]
+    assert ask == ["ci\n", "p'a$s w\n"]
 
 
 def test_write_atomically_replaces_the_file(tmp_path: Path) -> None:
@@ -384,3 +393,4 @@ def test_real_check_with_a_token_in_the_url_never_shows_it(fleet: dict[str, Any]
     assert (code, status["verdict"]) == (0, "in sync"), out
     seen = out + json.dumps(status) + (fleet["state"] / "last-run.log").read_text()
     assert "s3cret-t0ken" not in seen and status["repo"] == url.replace("ci:s3cret-t0ken@", "")
+    assert not (fleet["state"] / "ansible" / "askpass").exists()  # the secret lived only for the check

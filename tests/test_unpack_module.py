@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import http.server
 import io
+import json
 import os
 import subprocess
 import threading
@@ -77,6 +78,20 @@ def test_owners_are_not_taken_from_the_archive(served: dict[str, Any], capsys: p
     digest = hashlib.sha256((tmp_path / "www" / "o.tar.zst").read_bytes()).hexdigest()
     assert run(capsys, served, url=served["url"].replace("r.tar.zst", "o.tar.zst"), checksum=digest)["changed"]
     assert {p.stat().st_uid for p in served["dest"].rglob("*")} == {os.getuid()}
+
+
+def test_a_password_in_the_url_is_never_shown(served: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """A failure names the URL without its user and password."""
+    result = run(capsys, served, url=served["url"].replace("http://", "http://ci:s3cret@") + ".gone")
+    assert result["failed"] and "s3cret" not in json.dumps(result) and "http://127.0.0.1:" in result["msg"]
+
+
+def test_leftovers_of_a_killed_attempt_are_removed(served: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:
+    """A private directory a killed attempt left beside the destination (archive and all) is removed by the next."""
+    leftover = served["dest"].parent / ".dest.abc123"
+    leftover.mkdir()
+    (leftover / "archive").write_bytes(b"x" * 1000)
+    assert run(capsys, served)["changed"] and not leftover.exists()
 
 
 def test_a_destination_with_files_is_refused(served: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:

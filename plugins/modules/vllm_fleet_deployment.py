@@ -29,6 +29,10 @@ options:
     description: What marks itself in progress at C(snapshot), e.g. C(rollout) or C(converge).
     type: str
     default: run
+  mark:
+    description: Whether C(snapshot) marks I(run) in progress (false for a run that will not reach its C(finish)).
+    type: bool
+    default: true
   config_dir:
     description: The scene configs (C(<scene>.yaml)) and secret environments (C(<scene>.env)).
     type: path
@@ -117,8 +121,8 @@ recorded:
   type: list
   elements: str
 interrupted:
-  description: The mark ({run, started_at}) of a run that did not finish, found at C(snapshot); null when none.
-  returned: state=snapshot
+  description: The mark ({run, started_at}) of a run that did not finish; null when none.
+  returned: always
   type: dict
 """
 
@@ -286,7 +290,7 @@ def main() -> None:
     module = AnsibleModule(
         argument_spec={
             "state": {"type": "str", "choices": ["inspect", "snapshot", "restore", "finish"], "default": "inspect"},
-            "run": {"type": "str", "default": "run"},
+            "run": {"type": "str", "default": "run"}, "mark": {"type": "bool", "default": True},
             "config_dir": {"type": "path", "default": "/etc/vllm/scenes"},
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
             "unit_prefix": {"type": "str", "default": "vllm-scene-"},
@@ -309,14 +313,15 @@ def main() -> None:
                               "models": model_markers(Path(params["model_dir"])),
                               "scenes": scene_digests(files, sums), "fact": read_json(fact_path)}
     mark = in_progress_path(where)
+    result["interrupted"] = read_json(mark)
     if params["state"] == "snapshot":
-        result["interrupted"] = read_json(mark)
         manifest = snapshot_manifest(result["release"], result["fact"], files, sums)
         result["changed"] = result["interrupted"] is None and read_json(where / "manifest.json") != manifest
         if result["interrupted"] is None and not module.check_mode:
             if result["changed"]:
                 take_snapshot(files, manifest, where, fact_path)
-            mark_in_progress(where, params["run"])
+            if params["mark"]:
+                mark_in_progress(where, params["run"])
     elif params["state"] == "finish":
         result["changed"] = mark.exists()
         if result["changed"] and not module.check_mode:

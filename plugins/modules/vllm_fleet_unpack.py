@@ -16,7 +16,7 @@ version_added: "0.1.0"
 author: vllm-fleet
 options:
   url:
-    description: HTTP(S) URL of the archive.
+    description: HTTP(S) URL of the archive; a user and password in it are never shown.
     type: str
     required: true
   checksum:
@@ -63,6 +63,7 @@ import re  # noqa: E402
 import shutil  # noqa: E402
 import subprocess  # noqa: E402
 import tempfile  # noqa: E402
+import urllib.parse  # noqa: E402
 from collections.abc import Iterable, Iterator  # noqa: E402
 from typing import IO, Any  # noqa: E402
 
@@ -88,6 +89,22 @@ def read_chunks(stream: Any) -> Iterator[bytes]:
         yield chunk
 
 
+def without_credentials(url: str) -> str:
+    """Return url without a user or password, for messages."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    return urllib.parse.urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
+def remove_leftovers(dest: str) -> None:
+    """Remove the private directories a killed earlier attempt left beside dest (they may hold a whole archive)."""
+    parent, prefix = os.path.dirname(dest), f".{os.path.basename(dest)}."
+    for name in os.listdir(parent) if os.path.isdir(parent) else []:
+        if name.startswith(prefix):
+            shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+
+
 def download(url: str, archive: str, timeout: int) -> tuple[str, int]:
     """Write url's body to a new file archive (0600); return its SHA-256 and size."""
     with open_url(url, timeout=timeout) as response, open(archive, "xb") as sink:
@@ -105,29 +122,31 @@ def unpack(archive: str, tree: str, compress_program: str) -> str:
 def main() -> None:
     """Download url privately, check its digest, unpack it and put the tree at dest; fail with the reason otherwise."""
     module = AnsibleModule(argument_spec={
-        "url": {"type": "str", "required": True}, "checksum": {"type": "str", "required": True},
+        "url": {"type": "str", "required": True, "no_log": True}, "checksum": {"type": "str", "required": True},
         "dest": {"type": "path", "required": True}, "compress_program": {"type": "str", "default": "zstd"},
         "timeout": {"type": "int", "default": 60}}, supports_check_mode=True)
     url, expected, dest = module.params["url"], module.params["checksum"].strip().lower(), module.params["dest"]
+    shown = without_credentials(url)
     if not re.fullmatch(r"[0-9a-f]{64}", expected):
         module.fail_json(msg=f"checksum must be a SHA-256 of 64 hexadecimal digits, not {expected!r}")
     if os.path.isdir(dest) and os.listdir(dest):
         module.fail_json(msg=f"{dest} is not empty: the caller removes what an earlier attempt left")
     if module.check_mode:
         module.exit_json(changed=True)
+    remove_leftovers(dest)
     private = tempfile.mkdtemp(prefix=f".{os.path.basename(dest)}.", dir=os.path.dirname(dest))  # 0700
     try:
         archive, tree = os.path.join(private, "archive"), os.path.join(private, "tree")
         try:
             actual, size = download(url, archive, module.params["timeout"])
         except (OSError, ValueError) as error:  # HTTP errors and timeouts
-            module.fail_json(msg=f"downloading {url} failed: {error}")
+            module.fail_json(msg=f"downloading {shown} failed: {str(error).replace(url, shown)}")
         if actual != expected:
-            module.fail_json(msg=f"{url} has SHA-256 {actual}, not the published {expected}: the copy on the server "
+            module.fail_json(msg=f"{shown} has SHA-256 {actual}, not the published {expected}: the copy on the server "
                                  "changed or broke after it was published; nothing was unpacked")
         said = unpack(archive, tree, module.params["compress_program"])
         if said:
-            module.fail_json(msg=f"tar could not unpack {url}; tar said: {said}")
+            module.fail_json(msg=f"tar could not unpack {shown}; tar said: {said}")
         if os.path.isdir(dest):
             os.rmdir(dest)
         os.rename(tree, dest)

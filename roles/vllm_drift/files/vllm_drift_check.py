@@ -19,6 +19,7 @@ import json
 import os
 import subprocess
 import sys
+import shlex
 import tempfile
 import time
 import urllib.parse
@@ -125,16 +126,23 @@ def summary_line(status: Mapping[str, Any]) -> str:
     return f"vllm-drift: {status['verdict']}: {status['message']} (ref {status['ref']}, commit {commit})"
 
 
-def split_credentials(url: str) -> tuple[str, dict[str, str]]:
-    """Return the URL without its user and password, and the git environment that puts them back: git rewrites the
-    plain URL to the full one (url.<full>.insteadOf), so no command line, status or log line carries the secret."""
+def split_credentials(url: str) -> tuple[str, str, str]:
+    """Return the URL without its user and password, and those two (URL-decoded, '' when absent)."""
     parts = urllib.parse.urlsplit(url)
     if parts.password is None and parts.username is None:
-        return url, {}
+        return url, "", ""
     host = parts.hostname or ""
     netloc = f"[{host}]" if ":" in host else host
     plain = urllib.parse.urlunsplit(parts._replace(netloc=netloc + (f":{parts.port}" if parts.port else "")))
-    return plain, {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": f"url.{url}.insteadOf", "GIT_CONFIG_VALUE_0": plain}
+    return plain, urllib.parse.unquote(parts.username or ""), urllib.parse.unquote(parts.password or "")
+
+
+def askpass_script(user: str, password: str) -> str:
+    """Return the GIT_ASKPASS program that answers git's user and password prompts: the secret lives in a root-only
+    file for the length of one check, never in a command line, an environment, the status or the log."""
+    return ("#!/bin/sh\n# vllm-drift: answers git's prompts for the repository's credentials during one check\n"
+            f'case "$1" in Username*) printf "%s\\n" {shlex.quote(user)} ;;\n'
+            f'  *) printf "%s\\n" {shlex.quote(password)} ;;\nesac\n')
 
 
 def pull_argv(config: Mapping[str, Any]) -> list[str]:
@@ -176,7 +184,13 @@ def main(argv: Sequence[str]) -> int:
     log_path = state_dir / "last-run.log"
     report_path = work / "report.json"
     report_path.unlink(missing_ok=True)
-    repo_url, repo_env = split_credentials(str(config["repo_url"]))
+    repo_url, user, password = split_credentials(str(config["repo_url"]))
+    askpass = work / "askpass"
+    askpass.unlink(missing_ok=True)
+    if user or password:
+        fd = os.open(askpass, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+        with os.fdopen(fd, "w", encoding="utf-8") as script:
+            script.write(askpass_script(user, password))
     env = {
         **os.environ,
         "LANG": "C.UTF-8",
@@ -192,14 +206,17 @@ def main(argv: Sequence[str]) -> int:
         "PYTHONUNBUFFERED": "1",  # ansible-pull's own lines in order with its children's in the log
         "VLLM_DRIFT_REPORT": str(report_path),
         **({"GNUPGHOME": str(config["gnupg_home"])} if config.get("gnupg_home") else {}),
-        **repo_env,
+        **({"GIT_ASKPASS": str(askpass)} if user or password else {}),
     }
     started = time.monotonic()
     checked_at = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as log:
-        pull = subprocess.run(pull_argv(config), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                              env=env, cwd=str(work), check=False)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as log:
+            pull = subprocess.run(pull_argv(config), stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                  env=env, cwd=str(work), check=False)
+    finally:
+        askpass.unlink(missing_ok=True)
     report = json.loads(report_path.read_text(encoding="utf-8")) if report_path.is_file() else None
     checkout = Path(config["checkout_dir"])
     head = _git(checkout, "rev-parse", "--verify", "HEAD^{commit}") if (checkout / ".git").exists() else None
