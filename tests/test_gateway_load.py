@@ -57,7 +57,7 @@ def gateway(tmp_path: Path) -> Iterator[tuple[str, str]]:
 
 
 def test_load_records_every_answer_and_its_failures(gateway: tuple[str, str]) -> None:
-    """Each request is a distinct chat of the model; 503s are failures, except those in flight at a given moment."""
+    """Each request is a distinct chat of the model; 503s are failures, except those in flight during a given span."""
     url, ca_file = gateway
     with Load(url, "user-key", ca_file, "tiny", pace=0.01) as load:
         time.sleep(0.5)
@@ -66,7 +66,8 @@ def test_load_records_every_answer_and_its_failures(gateway: tuple[str, str]) ->
     assert len({json.dumps(b) for b in Scene.bodies}) == len(Scene.bodies)
     failed = load.failures()
     assert [r[2] for r in failed] == [503] * (len(Scene.bodies) // 3)
-    assert load.failures(unless_in_flight_at=failed[0][0]) == failed[1:]
+    assert load.failures(unless_in_flight_during=(failed[0][0], failed[0][0])) == failed[1:]
+    assert load.failures(unless_in_flight_during=(failed[0][0], failed[1][0])) == failed[2:]
     figures = load.figures()
     assert (figures["requests"], figures["failed"]) == (len(load.results), len(failed))
     assert figures["by_backend"] == {"gpu1:realtime": len(load.results)}

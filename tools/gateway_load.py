@@ -75,10 +75,11 @@ class Load:
         self.stop.set()
         self.thread.join(120)
 
-    def failures(self, unless_in_flight_at: float | None = None) -> list[Outcome]:
-        """Return the failed requests, leaving out those in flight at a given moment."""
+    def failures(self, unless_in_flight_during: tuple[float, float] | None = None) -> list[Outcome]:
+        """Return the failed requests, leaving out those in flight at some moment of a given span (a stop)."""
         return [r for r in self.results if r[2] != 200
-                and not (unless_in_flight_at is not None and r[0] <= unless_in_flight_at <= r[1])]
+                and not (unless_in_flight_during is not None
+                         and r[0] <= unless_in_flight_during[1] and r[1] >= unless_in_flight_during[0])]
 
     def figures(self) -> dict[str, object]:
         """Return the load's count, failures, latency p50/p99 and requests per backend."""
