@@ -10,8 +10,10 @@ short_description: Serialize the kit's runs on one host
 description:
   - C(inspect) returns who holds the lock. C(acquire) takes it for I(owner) when it is free, already this run's,
     past its expiry, held by a run that has ended (I(holder_ended), judged on the controller against what
-    C(inspect) returned) or I(force) is set; otherwise it waits up to I(wait) seconds for the holder to release it,
-    then returns I(taken) false and a I(msg) naming the holder. C(release) removes it if this run holds it.
+    C(inspect) returned) or I(force) is set; otherwise it waits up to I(wait) seconds for the holder to release
+    it, then returns I(taken) false and a I(msg) naming the holder. C(release) removes it if this run holds it.
+  - The lock is the run's bookkeeping, not the host's state: taking or releasing it reports no change, so a
+    converge that changes nothing says so.
 version_added: "0.1.0"
 author: vllm-fleet
 options:
@@ -66,6 +68,10 @@ RETURN = r"""
 taken:
   description: Whether this run holds the lock now (acquire).
   returned: state=acquire
+  type: bool
+released:
+  description: Whether this run held the lock and removed it (release).
+  returned: state=release
   type: bool
 msg:
   description: Who holds the lock, when this run could not take it.
@@ -140,13 +146,13 @@ def main() -> None:
         mine = held is not None and same_run(held, params["owner"])
         if mine:
             path.unlink()
-        module.exit_json(changed=mine, holder=held)
+        module.exit_json(changed=False, released=mine, holder=held)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     deadline = time.monotonic() + params["wait"]
     while True:
         taken, held = try_acquire(path, params)
         if taken:
-            module.exit_json(changed=held is None or not same_run(held, params["owner"]), taken=True, holder=held)
+            module.exit_json(changed=False, taken=True, holder=held)
         if time.monotonic() >= deadline:
             module.exit_json(changed=False, taken=False, holder=held, msg=f"{describe(held or {})} holds {path}")
         time.sleep(min(5.0, max(0.1, deadline - time.monotonic())))
