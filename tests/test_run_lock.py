@@ -56,13 +56,14 @@ def test_a_second_run_waits_for_the_first_or_fails_naming_it(tmp_path: Path) -> 
     """While one run holds the host, a run that may not wait long enough fails in one line naming the holder and the
     fix; one that may, waits and then runs; the lock is gone after both."""
     lock = tmp_path / "run" / "run.lock"
-    first = start_run(tmp_path, lock, hold=20, wait=0)
+    first = start_run(tmp_path, lock, hold=12, wait=0)
     deadline = time.monotonic() + 120
     while not lock.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     holder = json.loads(lock.read_text())
-    assert (holder["controller"], holder["pid"], oct(lock.stat().st_mode & 0o777)) == (
-        socket.gethostname(), str(first.pid), "0o600")
+    guard = lock.with_name(".run.lock.guard")
+    assert (holder["controller"], holder["pid"], oct(lock.stat().st_mode & 0o777), oct(guard.stat().st_mode & 0o777)) \
+        == (socket.gethostname(), str(first.pid), "0o600", "0o600")
     status, output = finish(start_run(tmp_path, lock, hold=0, wait=2))
     assert status != 0
     failure = output.split("FAILED HOSTS")[-1].strip().splitlines()[1:]

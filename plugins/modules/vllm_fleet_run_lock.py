@@ -114,7 +114,7 @@ def write_lock(path: Path, owner: dict[str, Any]) -> None:
 
 def try_acquire(path: Path, params: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
     """Take the lock if this run may; return whether it did and who held it."""
-    with open(path.with_name(f".{path.name}.guard"), "w") as guard:
+    with os.fdopen(os.open(path.with_name(f".{path.name}.guard"), os.O_WRONLY | os.O_CREAT, 0o600), "w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)  # read, decide and write as one step against another acquirer
         held = read_lock(path)
         ended = params["holder_ended"] and held is not None and held == params["seen"]
