@@ -7,10 +7,17 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import json
+import sys
+
 import pytest
 import yaml
 
 from conftest import REPO, load_as, run_module_main
+
+sys.path.insert(0, str(REPO / "lib"))
+
+from vllm_fleet import cards  # noqa: E402
 
 DATA = REPO / "tests" / "data" / "nvidia"
 NOWHERE = "/nonexistent/vllm-fleet-test"
@@ -18,6 +25,8 @@ NOWHERE = "/nonexistent/vllm-fleet-test"
 
 gpu = load_as("ansible.module_utils.vllm_fleet_gpu", REPO / "plugins" / "module_utils" / "vllm_fleet_gpu.py")
 facts_module = load_as("vllm_fleet_gpu_facts", REPO / "plugins" / "modules" / "vllm_fleet_gpu_facts.py")
+# What the roles pass the module: the hardware registry's names, PCI ids and compute capabilities.
+MATCHERS = cards.matchers()
 
 
 def data(name: str) -> str:
@@ -30,10 +39,10 @@ def data(name: str) -> str:
 
 def test_h200_line_parses_field_by_field() -> None:
     """The H200 line measured on the kit's GPU host gives every field, typed."""
-    gpus, driver = gpu.parse_query_gpu(data("smi-h200.csv"))
+    gpus, driver = gpu.parse_query_gpu(data("smi-h200.csv"), MATCHERS)
     assert gpus == [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-a6ac36d7-55de-0d86-99ca-a6bf1b52c43e",
                      "memory_total_mib": 143771, "memory_free_mib": 143156, "compute_capability": "9.0",
-                     "profile": "generic"}]
+                     "profile": "h200"}]
     assert driver == "580.159.04"
 
 
@@ -42,15 +51,15 @@ def test_h200_line_parses_field_by_field() -> None:
                                          ("NVIDIA GeForce RTX 3090", 24576, 1743, "8.6", "rtx3090")]),
     ("smi-2x-rtx4090.csv", "550.163.01", [("NVIDIA GeForce RTX 4090", 24564, 24057, "8.9", "rtx4090"),
                                           ("NVIDIA GeForce RTX 4090", 24564, 24105, "8.9", "rtx4090")]),
-    ("smi-rtx5090-rtx3090.csv", "580.119.02", [("NVIDIA GeForce RTX 5090", 32607, 32589, "12.0", "generic"),
+    ("smi-rtx5090-rtx3090.csv", "580.119.02", [("NVIDIA GeForce RTX 5090", 32607, 32589, "12.0", "rtx5090"),
                                                ("NVIDIA GeForce RTX 3090", 24576, 1224, "8.6", "rtx3090")]),
-    ("smi-rtx4080-super.csv", "595.71.05", [("NVIDIA GeForce RTX 4080 SUPER", 16376, 15348, "8.9", "generic")]),
-    ("smi-l40s.csv", "595.80", [("NVIDIA L40S", 46068, 45460, "8.9", "generic")]),
-    ("smi-h100-80gb-hbm3.csv", "590.48.01", [("NVIDIA H100 80GB HBM3", 81559, 81081, "9.0", "generic")]),
+    ("smi-rtx4080-super.csv", "595.71.05", [("NVIDIA GeForce RTX 4080 SUPER", 16376, 15348, "8.9", "rtx4080super")]),
+    ("smi-l40s.csv", "595.80", [("NVIDIA L40S", 46068, 45460, "8.9", "l40s")]),
+    ("smi-h100-80gb-hbm3.csv", "590.48.01", [("NVIDIA H100 80GB HBM3", 81559, 81081, "9.0", "h100")]),
 ])
 def test_real_outputs_of_several_cards(sample: str, driver: str, cards: list[tuple[str, int, int, str, str]]) -> None:
     """Each real sample yields its cards in index order, with memory, compute capability and profile."""
-    gpus, found_driver = gpu.parse_query_gpu(data(sample))
+    gpus, found_driver = gpu.parse_query_gpu(data(sample), MATCHERS)
     assert found_driver == driver
     assert [g["index"] for g in gpus] == list(range(len(cards)))
     assert [(g["name"], g["memory_total_mib"], g["memory_free_mib"], g["compute_capability"], g["profile"])
@@ -159,21 +168,27 @@ def test_lspci_sees_nvidia_display_controllers_only() -> None:
     assert not gpu.lspci_shows_nvidia_gpu("")
 
 
-@pytest.mark.parametrize(("name", "capability", "profile"), [
-    ("NVIDIA GeForce RTX 3090", "8.6", "rtx3090"),
-    ("NVIDIA GeForce RTX 4090", "8.9", "rtx4090"),
-    ("GeForce RTX 3090", None, "rtx3090"),  # drivers before R470 print no "NVIDIA " prefix
-    ("NVIDIA  GeForce RTX 4090 ", None, "rtx4090"),
-    ("NVIDIA GeForce RTX 3090 Ti", "8.6", "generic"),  # names seen in nvidia-docker#1711, SpatialLM#28
-    ("NVIDIA GeForce RTX 4090 D", "8.9", "generic"),
-    ("NVIDIA GeForce RTX 4090 Laptop GPU", "8.9", "generic"),
-    ("NVIDIA GeForce RTX 4080 SUPER", "8.9", "generic"),
-    ("NVIDIA GeForce RTX 4090", "8.6", "generic"),  # the name disagrees with the silicon
-    ("NVIDIA H200", "9.0", "generic"),
+@pytest.mark.parametrize(("name", "capability", "pci_id", "profile"), [
+    ("NVIDIA GeForce RTX 3090", "8.6", None, "rtx3090"),
+    ("NVIDIA GeForce RTX 4090", "8.9", None, "rtx4090"),
+    ("GeForce RTX 3090", None, None, "rtx3090"),  # drivers before R470 print no "NVIDIA " prefix
+    ("NVIDIA  GeForce RTX 4090 ", None, None, "rtx4090"),
+    ("NVIDIA GeForce RTX 3090 Ti", "8.6", None, "rtx3090ti"),  # names seen in nvidia-docker#1711, SpatialLM#28
+    ("NVIDIA GeForce RTX 4090 D", "8.9", None, "generic"),
+    ("NVIDIA GeForce RTX 4090 Laptop GPU", "8.9", None, "generic"),
+    ("NVIDIA GeForce RTX 4080 SUPER", "8.9", None, "rtx4080super"),
+    ("NVIDIA GeForce RTX 4090", "8.6", None, "generic"),  # the name disagrees with the silicon
+    ("NVIDIA H200", "9.0", None, "h200"),
+    ("NVIDIA RTX A6000", "8.6", None, "rtxa6000"),
+    ("NVIDIA Graphics Device", "12.0", "10de:2b85", "rtx5090"),  # the PCI id decides over the name
+    ("NVIDIA GeForce RTX 4090", "8.9", "10de:2685", "generic"),  # a 4090 D named like a 4090
 ])
-def test_profile_mapping(name: str, capability: str | None, profile: str) -> None:
-    """Only the exact RTX 3090 and RTX 4090 get their profiles; every other NVIDIA card is generic."""
-    assert gpu.gpu_profile(name, capability) == profile
+def test_profile_mapping(name: str, capability: str | None, pci_id: str | None, profile: str) -> None:
+    """Each card of the registry gets its profile by PCI id, else by its exact name; other cards, and names whose
+    silicon disagrees, are generic; without the registry's matchers every card is generic."""
+    assert gpu.gpu_profile(name, capability, MATCHERS, pci_id) == profile
+    assert gpu.gpu_profile(name, capability, None, pci_id) == "generic"
+    assert cards.match(name, capability, pci_id) == profile  # the controller's own matching agrees
 
 
 # --- the combined fact -------------------------------------------------------------------------------------------------
@@ -183,16 +198,18 @@ def test_fact_of_a_host_without_nvidia_gpu() -> None:
     """No nvidia-smi, no driver, nothing in lspci: present false, profile cpu, no evidence."""
     assert gpu.gpu_facts(None, None, [], "00:02.0 VGA compatible controller [0300]: Device [1234:1111]\n") == {
         "present": False, "driver_loaded": False, "driver_version": None, "driver_branch": None, "kernel_module": None,
-        "detected_by": [], "nvidia_smi_error": None, "profile": "cpu", "gpus": []}
+        "detected_by": [], "nvidia_smi_error": None, "profile": "cpu", "gpus": [], "p2p": None}
 
 
 def test_fact_of_the_h200_host_that_lspci_does_not_show() -> None:
     """nvidia-smi and /proc find the GPU although lspci is absent; the driver version comes from /proc."""
     facts = gpu.gpu_facts(gpu.CommandResult(0, data("smi-h200.csv"), ""),
-                          "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n", [], None)
+                          "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n", [], None,
+                          MATCHERS)
     assert {k: v for k, v in facts.items() if k != "gpus"} == {
         "present": True, "driver_loaded": True, "driver_version": "580.159.04", "driver_branch": 580,
-        "kernel_module": "open", "detected_by": ["nvidia-smi", "proc"], "nvidia_smi_error": None, "profile": "generic"}
+        "kernel_module": "open", "detected_by": ["nvidia-smi", "proc"], "nvidia_smi_error": None, "profile": "h200",
+        "p2p": None}
 
 
 def test_fact_of_a_card_without_driver_is_seen_only_by_lspci() -> None:
@@ -220,13 +237,21 @@ def test_fact_where_the_driver_sees_no_device() -> None:
 # --- the module, end to end --------------------------------------------------------------------------------------------
 
 
-def fake_nvidia_smi(directory: Path, stdout: str, rc: int = 0, delay: int = 0) -> Path:
-    """An executable nvidia-smi that records its arguments, optionally waits, prints `stdout` and exits with `rc`."""
+def fake_nvidia_smi(directory: Path, stdout: str, rc: int = 0, delay: int = 0, links: str | None = None,
+                    topology: str | None = None) -> Path:
+    """An executable nvidia-smi that records its arguments, optionally waits, prints `stdout` and exits with `rc`; the
+    link query and the P2P matrix print `links` and `topology`, or fail as an older driver would when not given."""
     (directory / "smi-output").write_text(stdout)
     script = directory / "nvidia-smi"
+    extra = ""
+    for probe, text in (("pci.device_id", links), ("topo", topology)):
+        answer = f"cat '{directory}/{probe}'; exit 0" if text is not None else "exit 2"
+        if text is not None:
+            (directory / probe).write_text(text)
+        extra += f"case \"$*\" in *{probe}*) {answer};; esac\n"
     # exec, so that the timeout's kill hits the sleeping process itself, as it would a hung nvidia-smi.
-    script.write_text(f"#!/bin/sh\necho \"$@\" > '{directory}/smi-args'\n[ {delay} -eq 0 ] || exec sleep {delay}\n"
-                      f"cat '{directory}/smi-output'\nexit {rc}\n")
+    script.write_text(f"#!/bin/sh\necho \"$@\" >> '{directory}/smi-args'\n[ {delay} -eq 0 ] || exec sleep {delay}\n"
+                      f"{extra}cat '{directory}/smi-output'\nexit {rc}\n")
     script.chmod(0o755)
     return script
 
@@ -271,10 +296,11 @@ def test_module_with_driver_loaded_and_nvidia_smi_failing(tmp_path: Path, capsys
         "0000:0a:00.0": information.replace("GeForce GTX 650", "NVIDIA GeForce RTX 4090"),
         "0000:04:00.0": information.replace("GeForce GTX 650", "NVIDIA GeForce RTX 3090")})
     smi = fake_nvidia_smi(tmp_path, data("smi-driver-library-mismatch.txt"), rc=18)
-    facts = run_module(capsys, nvidia_smi_path=str(smi), proc_dir=str(proc), lspci_path=NOWHERE)["ansible_facts"]
+    facts = run_module(capsys, nvidia_smi_path=str(smi), proc_dir=str(proc), lspci_path=NOWHERE,
+                       profiles=MATCHERS)["ansible_facts"]
     assert {k: v for k, v in facts["vllm_fleet_gpus"].items() if k != "gpus"} == {
         "present": True, "driver_loaded": True, "driver_version": "580.173.02", "driver_branch": 580,
-        "kernel_module": "proprietary", "detected_by": ["proc"], "profile": "rtx3090",
+        "kernel_module": "proprietary", "detected_by": ["proc"], "profile": "rtx3090", "p2p": None,
         "nvidia_smi_error": "Failed to initialize NVML: Driver/library version mismatch\nNVML library version: 580.178"}
     assert [(g["index"], g["name"], g["profile"], g["memory_total_mib"]) for g in facts["vllm_fleet_gpus"]["gpus"]] == [
         (0, "NVIDIA GeForce RTX 3090", "rtx3090", None), (1, "NVIDIA GeForce RTX 4090", "rtx4090", None)]
@@ -286,13 +312,15 @@ def test_module_on_a_mixed_multi_gpu_host(tmp_path: Path, capsys: pytest.Capture
     smi = fake_nvidia_smi(tmp_path, data("smi-rtx5090-rtx3090.csv"))
     lspci = fake_lspci(tmp_path, data("lspci-nnk-2x-rtx3090.txt"))
     facts = run_module(capsys, nvidia_smi_path=str(smi), proc_dir=str(proc), lspci_path=str(lspci),
-                       _ansible_check_mode=True)["ansible_facts"]["vllm_fleet_gpus"]
-    assert (tmp_path / "smi-args").read_text().split() == list(gpu.NVIDIA_SMI_ARGS)
+                       _ansible_check_mode=True, profiles=MATCHERS)["ansible_facts"]["vllm_fleet_gpus"]
+    assert (tmp_path / "smi-args").read_text().splitlines() == [
+        " ".join(args) for args in (gpu.NVIDIA_SMI_ARGS, gpu.LINK_ARGS, gpu.TOPOLOGY_ARGS)]
     assert facts["detected_by"] == ["nvidia-smi", "proc", "lspci"]
     assert (facts["present"], facts["profile"], facts["driver_version"], facts["kernel_module"]) == (
-        True, "generic", "565.57.01", "open")
-    assert facts["gpus"] == gpu.parse_query_gpu(data("smi-rtx5090-rtx3090.csv"))[0]
-    assert [g["profile"] for g in facts["gpus"]] == ["generic", "rtx3090"]
+        True, "rtx5090", "565.57.01", "open")
+    assert facts["gpus"] == gpu.parse_query_gpu(data("smi-rtx5090-rtx3090.csv"), MATCHERS)[0]
+    assert [g["profile"] for g in facts["gpus"]] == ["rtx5090", "rtx3090"]
+    assert facts["p2p"] is None  # this nvidia-smi answers neither the link query nor the matrix
 
 
 def test_module_when_nvidia_smi_hangs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -319,8 +347,9 @@ def test_ansible_finds_and_runs_the_module_with_the_repo_config(tmp_path: Path) 
     smi = fake_nvidia_smi(tmp_path, data("smi-2x-rtx4090.csv"))
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.memory",
            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp")}
+    args = {"nvidia_smi_path": str(smi), "proc_dir": f"{tmp_path}/absent", "lspci_path": NOWHERE, "profiles": MATCHERS}
     run = subprocess.run([str(REPO / ".venv/bin/ansible"), "localhost", "-c", "local", "-m", "vllm_fleet_gpu_facts",
-                          "-a", f"nvidia_smi_path={smi} proc_dir={tmp_path}/absent lspci_path={NOWHERE}"],
+                          "-a", json.dumps(args)],
                          cwd=REPO, env=env, text=True, capture_output=True, timeout=120, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.startswith("localhost | SUCCESS =>"), run.stdout

@@ -226,10 +226,14 @@ def test_cards_from_the_facts() -> None:
     h200 = planner.card(H200, "t")
     assert (h200.bandwidth_gbps, h200.total_bytes) == (4800.0, (143771 - 512) * MiB)
     assert planner.compute_capability(H200) == 90 and planner.compute_capability(RTX3090) == 86
-    for name, gbps in (("NVIDIA A10", 600.0), ("NVIDIA A100-SXM4-80GB", 2039.0), ("NVIDIA A100-PCIE-40GB", 1555.0),
-                       ("NVIDIA L4", 300.0), ("NVIDIA L40S", 864.0), ("NVIDIA H100 PCIe", 2000.0),
-                       ("NVIDIA H100 80GB HBM3", 3350.0), ("NVIDIA GeForce RTX 4080 SUPER", None)):
-        assert planner.card({**H200, "name": name}, "t").bandwidth_gbps == gbps, name
+    for name, capability, gbps in (("NVIDIA A10", "8.6", 600.0), ("NVIDIA A100-SXM4-80GB", "8.0", 2039.0),
+                                   ("NVIDIA A100-PCIE-40GB", "8.0", 1555.0), ("NVIDIA L4", "8.9", 300.0),
+                                   ("NVIDIA L40S", "8.9", 864.0), ("NVIDIA H100 PCIe", "9.0", 2000.0),
+                                   ("NVIDIA H100 80GB HBM3", "9.0", 3350.0), ("NVIDIA GeForce RTX 4080 SUPER", "8.9", 736.3),
+                                   ("NVIDIA GeForce RTX 5090", "12.0", 1792.0), ("NVIDIA GeForce RTX 3080", "8.6", None),
+                                   ("NVIDIA A10", "9.0", None)):
+        gpu = {**H200, "name": name, "compute_capability": capability, "profile": "generic"}
+        assert planner.card(gpu, "t").bandwidth_gbps == gbps, name
     assert planner.compute_capability({"profile": "generic", "compute_capability": "12.0"}) == 120
     assert planner.card({"index": 1, "profile": "rtx3090", "memory_total_mib": None}, "t").total_bytes > 0
     with pytest.raises(planner.PlanError, match="GPU 0 reports no memory size"):

@@ -10,10 +10,10 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "lib"))
 
-from vllm_fleet import scenes  # noqa: E402
+from vllm_fleet import cards, scenes  # noqa: E402
 
 DEFAULTS = yaml.safe_load((REPO / "roles/vllm_scenes/defaults/main.yml").read_text())
-PRESETS: dict[str, Any] = DEFAULTS["vllm_scenes_presets"]
+PRESETS: dict[str, Any] = cards.presets()
 MODELS = scenes.models_by_name([{"name": "qwen", "engine_args": {"quantization": "awq", "dtype": "float16"},
                                  "served_model_name": "qwen2.5-7b"}], "/var/lib/vllm/models")
 

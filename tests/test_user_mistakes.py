@@ -15,11 +15,11 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "lib"))
 
-from vllm_fleet import hardware, planner, scenes  # noqa: E402
+from vllm_fleet import cards, hardware, planner, scenes  # noqa: E402
 
 HOST = "gpu-3090-a"
 EXAMPLE = yaml.safe_load((REPO / "inventory/example/group_vars/gpu_hosts/main.yml").read_text())
-PRESETS = yaml.safe_load((REPO / "roles/vllm_scenes/defaults/main.yml").read_text())["vllm_scenes_presets"]
+PRESETS = cards.presets()
 CARDS = {"3090": ("NVIDIA GeForce RTX 3090", 24576, "8.6", "rtx3090"), "4090": ("NVIDIA GeForce RTX 4090", 24564, "8.9",
                                                                                    "rtx4090"),
          "t4": ("Tesla T4", 15360, "7.5", "generic")}

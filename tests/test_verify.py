@@ -13,7 +13,7 @@ from conftest import REPO, filter_plugin
 
 sys.path.insert(0, str(REPO / "lib"))
 
-from vllm_fleet import verify  # noqa: E402
+from vllm_fleet import cards, verify  # noqa: E402
 
 ROLE = REPO / "roles" / "vllm_verify"
 FLOOR_3090 = 5.983  # ms: 5.6 GB of Qwen2.5-7B-Instruct-AWQ over a 3090's 936 GB/s
@@ -105,9 +105,13 @@ def test_nothing_completed_fails() -> None:
     assert "no request of the load test completed" in verdict["failures"][0]["message"]
 
 
-def test_unknown_preset_takes_realtime_and_overrides_win() -> None:
-    """A user preset gets its profile's realtime targets; overrides replace single targets."""
-    assert verify.targets_for("rtx4090", "nightly", {}) == verify.DEFAULT_SLO["rtx4090"]["realtime"]
+def test_a_preset_without_gates_is_refused_and_overrides_win() -> None:
+    """A user preset without gates of its own is refused with the three ways to give it some (never realtime's by
+    default); complete overrides are gates enough; overrides replace single targets."""
+    with pytest.raises(verify.VerifyError, match=r"no SLO gates for preset 'nightly' .*slo: realtime or slo: batch"):
+        verify.targets_for("rtx4090", "nightly", {})
+    complete = {key: 1 for key in verify.TARGETS}
+    assert verify.targets_for("rtx4090", "nightly", complete) == complete
     targets = verify.targets_for("cpu", "batch", {"median_tpot_ms": 12, "min_output_throughput": 5})
     assert targets == {**verify.DEFAULT_SLO["cpu"]["batch"], "median_tpot_ms": 12, "min_output_throughput": 5}
     assert verify.targets_for("cpu", "batch", None) == verify.DEFAULT_SLO["cpu"]["batch"]
@@ -116,14 +120,16 @@ def test_unknown_preset_takes_realtime_and_overrides_win() -> None:
 def test_targets_come_from_the_given_profiles() -> None:
     """The role's own profile table replaces the built-in one."""
     own = {"a100": {"realtime": {**verify.DEFAULT_SLO["rtx3090"]["realtime"], "median_tpot_ms": 9}}}
-    assert verify.targets_for("a100", "batch", {}, own)["median_tpot_ms"] == 9
+    assert verify.targets_for("a100", "realtime", {}, own)["median_tpot_ms"] == 9
+    with pytest.raises(verify.VerifyError, match=r"no SLO gates for preset 'batch' \(the table has \['realtime'\]\)"):
+        verify.targets_for("a100", "batch", {}, own)
     with pytest.raises(verify.VerifyError, match=r"targets \['max_failed'\] are missing"):
         verify.targets_for("x", "realtime", {}, {"x": {"realtime": {k: 1 for k in verify.TARGETS if k != "max_failed"}}})
 
 
 @pytest.mark.parametrize(("call", "message"), [
     (lambda: verify.targets_for("rtx3080", "realtime", {}),
-     r"unknown GPU profile 'rtx3080'.*\['cpu', 'generic', 'rtx3090', 'rtx4090'\]"),
+     r"unknown GPU profile 'rtx3080'.*\['a10', 'a100', .*'cpu', 'generic', .*'rtx3090', .*'rtx5090', .*\]"),
     (lambda: verify.targets_for("cpu", "realtime", {"median_tpot": 12}),
      r"unknown SLO targets \['median_tpot'\]; valid keys are \['median_ttft_ms', .*'min_output_throughput'\]"),
     (lambda: verify.targets_for("cpu", "realtime", {"median_tpot_ms": "fast"}), "must be non-negative numbers"),
@@ -144,9 +150,10 @@ def test_floor_percent_rates_tpot_against_the_floor() -> None:
 
 
 def test_default_gates_cover_every_profile() -> None:
-    """Each GPU profile and the lab have realtime and batch gates; a card without a preset gets the 3090's."""
-    assert set(verify.DEFAULT_SLO) == {"rtx3090", "rtx4090", "generic", "cpu"}
-    assert verify.DEFAULT_SLO["generic"] == verify.DEFAULT_SLO["rtx3090"]
+    """Each profile of the hardware registry, generic and the lab have realtime and batch gates; a card without
+    measured gates gets the 3090's (scaled when it is slower, tests/test_cards.py)."""
+    assert set(verify.DEFAULT_SLO) == {*cards.PROFILES, "generic", "cpu"}
+    assert verify.DEFAULT_SLO["generic"] == verify.DEFAULT_SLO["rtx3090"] == verify.DEFAULT_SLO["rtx5090"]
     for presets in verify.DEFAULT_SLO.values():
         assert set(presets) == {"realtime", "batch"}
         for targets in presets.values():
@@ -245,8 +252,8 @@ def test_adapter_turns_kit_errors_into_filter_errors() -> None:
 
     filters = filter_plugin().FilterModule().filters()
     assert filters["vllm_fleet_slo_targets"]("cpu", "batch", {}) == verify.DEFAULT_SLO["cpu"]["batch"]
-    with pytest.raises(AnsibleFilterError, match="unknown GPU profile 'h200'"):
-        filters["vllm_fleet_slo_targets"]("h200", "realtime", {})
+    with pytest.raises(AnsibleFilterError, match="unknown GPU profile 'h300'"):
+        filters["vllm_fleet_slo_targets"]("h300", "realtime", {})
 
 
 KEYED_SCENE = {"name": "realtime", "served_model_name": "qwen2.5-7b", "api_key_var": "vault_key"}

@@ -11,9 +11,10 @@ import json
 import math
 from typing import Any, Optional
 
+from . import cards
 from . import engine_args as release_args
 from . import scenes as scene_model
-from .planner import GiB, PlanError, card, compute_capability, default_utilization, engine_arg, version_tuple
+from .planner import GiB, PlanError, card, compute_capability, default_utilization, engine_arg, profile_of, version_tuple
 
 Finding = tuple[str, str]  # ("error" | "warning", message)
 ERROR, WARNING = "error", "warning"
@@ -23,8 +24,6 @@ ERROR, WARNING = "error", "warning"
 ENGINE_CONTEXT_BYTES = 512 * 1024**2
 # The field report's speculative decoding run: one 24 GB card (nvidia-smi totals are 24,564-24,576 MiB).
 SINGLE_CARD_SPECULATION_MAX_MIB = 24576
-FP8_NATIVE_SM = 89  # Ada and newer compute FP8 natively; Ampere only stores it
-HOPPER_SM = 90
 
 
 def _scene_var(host: str, scene: dict[str, Any], key: str = "") -> str:
@@ -190,11 +189,11 @@ def card_findings(host: str, scene: dict[str, Any], gpu: dict[str, Any], vllm_ve
     label = f"GPU {gpu.get('index')} ({gpu.get('name')}, sm_{sm})"
     findings: list[Finding] = []
     kv_dtype = _kv_dtype(scene)
-    if kv_dtype.startswith("fp8") and sm < FP8_NATIVE_SM:
+    if kv_dtype.startswith("fp8") and cards.fp8_kv_mode(sm) == "storage":
         if _attention_backend(scene) == "TRITON_ATTN":
             findings.append((ERROR, f"{_scene_var(host, scene, 'attention_backend')}: the TRITON_ATTN backend refuses "
-                                    f"an FP8 KV cache on {label} (native FP8 needs sm_89): drop attention_backend so "
-                                    "vLLM picks FlashInfer, or set kv_cache_dtype auto"))
+                                    f"an FP8 KV cache on {label} (native FP8 needs sm_{cards.FP8_NATIVE_SM}): drop "
+                                    "attention_backend so vLLM picks FlashInfer, or set kv_cache_dtype auto"))
         elif version_tuple(vllm_version) < (0, 12):
             findings.append((ERROR, f"{_scene_var(host, scene, 'kv_cache_dtype')}: vLLM {vllm_version} cannot run an "
                                     f"FP8 KV cache on {label}: set kv_cache_dtype auto, or pin vllm_version 0.12 or "
@@ -203,14 +202,14 @@ def card_findings(host: str, scene: dict[str, Any], gpu: dict[str, Any], vllm_ve
             findings.append((WARNING, f"{_scene_var(host, scene, 'kv_cache_dtype')}: on {label} an FP8 KV cache is "
                                       "storage-only with scale 1.0 (the card has no FP8 arithmetic): it halves the KV "
                                       "bytes at a risk to accuracy; check the outputs or set kv_cache_dtype auto"))
-    if _flash_attn_version(scene) == 3 and sm != HOPPER_SM:
+    if _flash_attn_version(scene) == 3 and cards.flash_attn_version(sm) < 3:
         findings.append((ERROR, f"{_scene_var(host, scene, 'attention_config')}: FlashAttention 3 runs only on Hopper "
-                                f"(sm_90), not on {label}: drop flash_attn_version and let vLLM choose (FA2 on Ampere "
-                                "and Ada)"))
+                                f"(sm_{cards.FLASH_ATTN3_SM}), not on {label}: drop flash_attn_version and let vLLM "
+                                "choose (FA2 on Ampere and Ada)"))
     bf16 = [key for key in ("dtype", "kv_cache_dtype") if str(engine_arg(scene, key, "")).lower() == "bfloat16"]
-    if bf16 and sm < 80:
-        findings.append((ERROR, f"{_scene_var(host, scene, bf16[0])}: bfloat16 needs sm_80 or newer, {label} is "
-                                "older: set it to float16"))
+    if bf16 and not cards.runs_bfloat16(sm):
+        findings.append((ERROR, f"{_scene_var(host, scene, bf16[0])}: bfloat16 needs sm_{cards.AMPERE_SM} or newer, "
+                                f"{label} is older: set it to float16"))
     memory = gpu.get("memory_total_mib") or 0
     if _speculates(scene) and len(scene["gpus"]) == 1 and memory <= SINGLE_CARD_SPECULATION_MAX_MIB:
         findings.append((WARNING, f"{_scene_var(host, scene, 'speculative_config')}: speculative decoding on one "
@@ -227,7 +226,7 @@ def option_findings(host: str, scene: dict[str, Any], flavour: str, vllm_version
     findings: list[Finding] = []
     if "enable-flash-attn-3" in args:
         findings.append((ERROR, f"{_scene_var(host, scene, 'enable_flash_attn_3')}: no vLLM release has this option "
-                                "(vLLM picks FlashAttention 3 by itself on Hopper, sm_90): remove it"))
+                                f"(vLLM picks FlashAttention 3 by itself on Hopper, sm_{cards.FLASH_ATTN3_SM}): remove it"))
     if str(args.get("dtype", "")).lower() == "float8":
         findings.append((ERROR, f"{_scene_var(host, scene, 'dtype')}: float8 is not a dtype vLLM accepts (auto, half, "
                                 "float16, bfloat16, float, float32): use float16 with an FP8 checkpoint or "
@@ -244,7 +243,8 @@ def option_findings(host: str, scene: dict[str, Any], flavour: str, vllm_version
                                   "Prometheus metrics, so verification's metrics check fails: remove it"))
     if "int8" in _kv_dtype(scene):
         findings.append((WARNING, f"{_scene_var(host, scene, 'kv_cache_dtype')}: an INT8 KV cache collapsed accuracy in "
-                                  "the field report (HellaSwag 80.5% -> 65.5%): use auto, or fp8 on sm_89 and newer"))
+                                  "the field report (HellaSwag 80.5% -> 65.5%): use auto, or fp8 on "
+                                  f"sm_{cards.FP8_NATIVE_SM} and newer"))
     if flavour == "cuda" and str(engine_arg(scene, "quantization", "")).lower() == "awq" and version < (0, 24):
         findings.append((WARNING, f"{_scene_var(host, scene, 'quantization')}: with vLLM {vllm_version}, awq selects "
                                   "the slow non-Marlin kernel (before 0.24): set quantization awq_marlin"))
@@ -253,26 +253,32 @@ def option_findings(host: str, scene: dict[str, Any], flavour: str, vllm_version
 
 def required_driver_branch(vllm_version: str) -> int:
     """Return the oldest NVIDIA driver branch a vLLM release's CUDA wheels run on."""
-    # Wheels from 0.20 on are CUDA 13 builds (R580), up to 0.18 CUDA 12 builds (R525); 0.19's build is not on
-    # record, so it gets the stricter branch.
-    return 580 if version_tuple(vllm_version) >= (0, 19) else 525
+    return cards.driver_branch_for_cuda(cards.cuda_major(version_tuple(vllm_version)))
 
 
 def driver_findings(host: str, gpus_fact: dict[str, Any], vllm_version: str,
                     target_branch: Optional[int]) -> list[Finding]:
-    """Refuse a driver older than the pinned vLLM needs, unless the driver role installs a new enough branch this run."""
+    """Refuse a driver older than the pinned vLLM or a card needs, unless the driver role installs a new enough
+    branch this run."""
     branch = gpus_fact.get("driver_branch")
-    needed = required_driver_branch(vllm_version)
-    wheels = f"its wheels are CUDA {13 if needed >= 580 else 12} builds"
+    cuda = cards.cuda_major(version_tuple(vllm_version))
+    release_floor = required_driver_branch(vllm_version)
+    floors = [(p.driver_branch, str(gpu.get("name"))) for gpu in gpus_fact.get("gpus") or []
+              for p in [profile_of(gpu)] if p and p.driver_branch > release_floor]
+    needed, why = release_floor, (f"vllm_version {vllm_version} needs NVIDIA driver R{release_floor} or newer (its "
+                                  f"wheels are CUDA {cuda} builds)")
+    if floors:
+        needed, name = max(floors)
+        why = f"its {name} needs NVIDIA driver R{needed} or newer"
     if isinstance(target_branch, int) and target_branch < needed:
-        return [(ERROR, f"{host}: vllm_version {vllm_version} needs NVIDIA driver R{needed} or newer ({wheels}) but "
-                        f"nvidia_driver_branch is {target_branch}: set nvidia_driver_branch to {needed} or newer")]
+        return [(ERROR, f"{host}: {why} but nvidia_driver_branch is {target_branch}: set nvidia_driver_branch to "
+                        f"{needed} or newer")]
     if not isinstance(branch, int) or branch >= needed or target_branch is not None:
         return []
-    older = ", or pin vllm_version 0.18 or older for this host" if branch >= required_driver_branch("0.18") else ""
-    return [(ERROR, f"{host}: vllm_version {vllm_version} needs NVIDIA driver R{needed} or newer ({wheels}) but the "
-                    f"host runs {gpus_fact.get('driver_version')} (R{branch}): upgrade the driver to R{needed} or newer "
-                    f"(the kit's driver role){older}")]
+    older = (", or pin vllm_version 0.18 or older for this host"
+             if needed == release_floor and branch >= required_driver_branch("0.18") else "")
+    return [(ERROR, f"{host}: {why} but the host runs {gpus_fact.get('driver_version')} (R{branch}): upgrade the "
+                    f"driver to R{needed} or newer (the kit's driver role){older}")]
 
 
 def problems(host: str, scenes: list[dict[str, Any]], plans: list[dict[str, Any]], gpus_fact: Optional[dict[str, Any]],

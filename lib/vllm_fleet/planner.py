@@ -15,34 +15,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from . import FleetError
+from . import FleetError, cards
 from .scenes import dash
 
 GiB = 1024**3
 MiB = 1024**2
-
-# Cards the kit knows. memory_mib is nvidia-smi's memory.total; reserved_mib is what CUDA does not hand out of it
-# (PyTorch reports a total capacity of 23.69 GiB on a 3090 and 23.65 GiB on a 4090); bandwidth in GB/s (1e9 B/s).
-GPU_PROFILES: dict[str, dict[str, Any]] = {
-    "rtx3090": {"compute_capability": 86, "memory_mib": 24576, "reserved_mib": 318, "bandwidth_gbps": 936.0},
-    "rtx4090": {"compute_capability": 89, "memory_mib": 24564, "reserved_mib": 346, "bandwidth_gbps": 1008.0},
-}
-# Any other card: the driver keeps roughly 250-900 MiB of nvidia-smi's total on the cards whose figures are public.
-GENERIC_RESERVED_MIB = 512
-# Peak memory bandwidth (GB/s, the vendor's data sheet) of cards a host may report as generic, first match wins.
-# Where variants differ, the fastest one counts: the decode floor must stay a lower bound.
-BANDWIDTH_BY_NAME: list[tuple[str, float]] = [
-    (r"\bH200\b", 4800.0),
-    (r"\bH100\b.*\bPCIe\b", 2000.0),
-    (r"\bH100\b.*\bNVL\b", 3900.0),
-    (r"\bH100\b", 3350.0),
-    (r"\bA100\b.*80GB", 2039.0),
-    (r"\bA100\b", 1555.0),
-    (r"\bL40S\b", 864.0),
-    (r"\bA10\b", 600.0),
-    (r"\bL4\b", 300.0),
-    (r"\bT4\b", 320.0),
-]
 
 # Known models, in config.json's own terms, keyed by Hugging Face repo. loaded_gib is vLLM's "Model loading took"
 # where it was measured (docs/planner.md); other models get an estimate from their shapes.
@@ -297,27 +274,30 @@ def default_utilization(vllm_version: str) -> float:
     return 0.92 if version_tuple(vllm_version) >= (0, 20) else 0.90
 
 
+def profile_of(gpu: dict[str, Any]) -> Optional[cards.Profile]:
+    """Return the registry's profile of one GPU of the vllm_fleet_gpus fact: the one it names, else the one its name,
+    PCI id and compute capability match (None for a card the registry does not know)."""
+    return cards.known(gpu.get("profile")) or cards.known(
+        cards.match(str(gpu.get("name") or ""), gpu.get("compute_capability"), gpu.get("pci_id")))
+
+
 def compute_capability(gpu: dict[str, Any]) -> Optional[int]:
     """Return a GPU's compute capability as one number (8.6 -> 86): its profile's, else the fact's, else None."""
-    known = GPU_PROFILES.get(str(gpu.get("profile")), {}).get("compute_capability")
-    major, _, minor = str(gpu.get("compute_capability") or "").partition(".")
-    return known or (int(major) * 10 + int(minor or 0) if major.isdigit() else None)
+    known = profile_of(gpu)
+    return known.compute_capability if known else cards.capability_number(gpu.get("compute_capability"))
 
 
 def card(gpu: dict[str, Any], where: str) -> Card:
     """Turn one GPU of the vllm_fleet_gpus fact into what the planner needs of it."""
-    profile = str(gpu.get("profile") or "generic")
-    known = GPU_PROFILES.get(profile, {})
-    memory_mib = gpu.get("memory_total_mib") or known.get("memory_mib")
+    known = profile_of(gpu)
+    memory_mib = gpu.get("memory_total_mib") or (known.memory_mib if known else None)
     if not memory_mib:
         raise PlanError(f"{where}: GPU {gpu.get('index')} reports no memory size (nvidia-smi failed?); "
                         "fix the driver so nvidia-smi answers, or give memory_total_mib in vllm_fleet_gpus")
-    name = str(gpu.get("name") or profile)
-    bandwidth = known.get("bandwidth_gbps") or next(
-        (gbps for pattern, gbps in BANDWIDTH_BY_NAME if re.search(pattern, name)), None)
-    total = (int(memory_mib) - known.get("reserved_mib", GENERIC_RESERVED_MIB)) * MiB
-    return Card(index=int(gpu.get("index", 0)), name=name, profile=profile, total_bytes=total,
-                bandwidth_gbps=bandwidth)
+    profile = known.key if known else cards.GENERIC
+    reserved = known.reserved_mib if known else cards.GENERIC_RESERVED_MIB
+    return Card(index=int(gpu.get("index", 0)), name=str(gpu.get("name") or profile), profile=profile,
+                total_bytes=(int(memory_mib) - reserved) * MiB, bandwidth_gbps=known.bandwidth_gbps if known else None)
 
 
 def engine_arg(scene: dict[str, Any], key: str, default: Any = None) -> Any:
@@ -493,7 +473,7 @@ def plan_table(plans: list[Plan]) -> str:
     """Render one host's plans as an aligned Markdown table within 120 columns, each scene's model and KV shape
     below it, and a legend."""
     header = [title for _, title in TABLE_COLUMNS]
-    # The column says GPUs, so a device "GPU 0 RTX 3090" is "0 RTX 3090" in it.
+    # The column says GPUs, so a device "GPU 0 <name>" is "0 <name>" in it.
     rows = [[plan["scene"], f"no plan: {plan['problem']}"] if plan.get("problem")
             else [_cell(plan.get(key)).replace("GPU ", "") for key, _ in TABLE_COLUMNS] for plan in plans]
     # A scene without a plan has its reason in the GPUs column; it does not widen the columns of the others.

@@ -15,7 +15,7 @@ Scene = dict[str, Any]
 SCENE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 # Keys a scene sets itself; everything else a scene configures goes through engine_args.
 SCENE_KEYS = {"name", "preset", "port", "host", "gpus", "model", "served_model_name", "api_key_var", "engine_args", "env",
-              "memory_budget_gib"}
+              "memory_budget_gib", "slo"}
 # Engine arguments the kit owns: a scene sets them through its own keys, never through engine_args.
 OWNED_ARGS = {"model", "served-model-name", "host", "port", "api-key", "config"}
 # What a scene's environment may hold: each pair becomes an Environment="NAME=value" line of its unit, where a quote or
@@ -87,6 +87,10 @@ def resolve_scene(scene: Scene, presets: dict[str, Scene], models: dict[str, dic
     budget = scene.get("memory_budget_gib", preset.get("memory_budget_gib"))
     if budget is not None and (not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0):
         raise SceneError(f"{where}: memory_budget_gib {budget!r} must be a positive number of GiB, such as 21.6")
+    slo = scene.get("slo", preset.get("slo", preset_name))
+    if not isinstance(slo, str) or not SCENE_NAME.match(slo):
+        raise SceneError(f"{where}: slo {slo!r} must name the preset whose SLO gates the scene is held to, such as "
+                         "realtime or batch")
     model = models[model_name]
     engine_args = _engine_args(model.get("engine_args", {}), preset.get("engine_args", {}), scene.get("engine_args", {}))
     if len(gpus) > 1:
@@ -104,6 +108,7 @@ def resolve_scene(scene: Scene, presets: dict[str, Scene], models: dict[str, dic
         "engine_args": engine_args,
         "env": {},  # merged once both layers are known to be mappings
         "memory_budget_gib": budget,
+        "slo": slo,
     }
     _refuse_unsafe_strings(where, resolved, scene, preset)
     resolved["env"] = {**preset.get("env", {}), **scene.get("env", {})}

@@ -6,38 +6,12 @@ import math
 import re
 from typing import Any
 
-from . import FleetError
+from . import FleetError, cards
 
 # SLO gates per profile and scene preset, for the role's default load test (random 128 in / 32 out, 64 prompts,
-# concurrency = the scene's max_num_seqs). *_ms and max_failed are maxima, min_output_throughput (tok/s) a minimum.
-# GPU figures: expected value x 2 (medians), x 3 (p99), throughput at 50%; the arithmetic is in docs/slo.md.
-# They catch a broken deployment; they are not benchmarks. vllm_verify_slo_profiles may replace the whole table.
-DEFAULT_SLO: dict[str, dict[str, dict[str, float]]] = {
-    "rtx3090": {
-        "realtime": {"median_ttft_ms": 2100, "p99_ttft_ms": 3100, "median_tpot_ms": 15, "p99_tpot_ms": 122,
-                     "max_failed": 0, "min_output_throughput": 200},
-        "batch": {"median_ttft_ms": 6200, "p99_ttft_ms": 12300, "median_tpot_ms": 158, "p99_tpot_ms": 336,
-                  "max_failed": 0, "min_output_throughput": 220},
-    },
-    "rtx4090": {
-        "realtime": {"median_ttft_ms": 1000, "p99_ttft_ms": 1400, "median_tpot_ms": 14, "p99_tpot_ms": 65,
-                     "max_failed": 0, "min_output_throughput": 380},
-        "batch": {"median_ttft_ms": 2800, "p99_ttft_ms": 5500, "median_tpot_ms": 83, "p99_tpot_ms": 168,
-                  "max_failed": 0, "min_output_throughput": 460},
-    },
-    # The lab (2 cores, tiny model, three scenes on one VM). Its latency swings tenfold with load: batch TTFT p50 was
-    # 195 ms under `make lab` and 2,099 ms in a CI run (its first wave of 64 pays CPU compilation). These gates catch a
-    # scene that hangs, fails requests or crawls, not a slow one, with about 3x room over the worst figure measured on
-    # an AVX2 lab (whose throughput is 3-5x below the AVX-512 lab's); docs/slo.md lists the measured figures.
-    "cpu": {
-        "realtime": {"median_ttft_ms": 2000, "p99_ttft_ms": 10000, "median_tpot_ms": 100, "p99_tpot_ms": 250,
-                     "max_failed": 0, "min_output_throughput": 100},
-        "batch": {"median_ttft_ms": 10000, "p99_ttft_ms": 15000, "median_tpot_ms": 200, "p99_tpot_ms": 500,
-                  "max_failed": 0, "min_output_throughput": 200},
-    },
-}
-# A card without a preset is held to the gates of the slowest preset card; set vllm_verify_slo_overrides for a slower one.
-DEFAULT_SLO["generic"] = DEFAULT_SLO["rtx3090"]
+# concurrency = the scene's max_num_seqs), from the hardware registry (cards.py). They catch a broken deployment; they
+# are not benchmarks. vllm_verify_slo_profiles may replace the whole table.
+DEFAULT_SLO: dict[str, dict[str, dict[str, float]]] = cards.slo_table()
 
 # Target key -> (key of the vllm bench JSON it judges, "max" or "min").
 TARGETS: dict[str, tuple[str, str]] = {
@@ -88,24 +62,27 @@ def _check_targets(targets: dict[str, Any], where: str) -> None:
 
 def targets_for(profile: str, preset: str, overrides: dict[str, Any] | None = None,
                 profiles: dict[str, dict[str, dict[str, float]]] | None = None) -> dict[str, float]:
-    """Return a scene's SLO targets: its profile's preset targets (realtime for other presets) under the overrides."""
+    """Return a scene's SLO targets: its profile's preset targets under the overrides (a preset without any is refused)."""
     table = profiles or DEFAULT_SLO
     if profile not in table:
         raise VerifyError(f"vllm_verify_gpu_profile: unknown GPU profile {profile!r}; "
                           f"set it to one of {sorted(table)}")
-    presets = table[profile]
-    base = presets.get(preset, presets.get("realtime"))
-    if not isinstance(base, dict):
-        raise VerifyError(f"vllm_verify_slo_profiles[{profile}]: no targets for preset {preset!r} "
-                          "and no realtime targets to fall back on")
-    _check_targets(base, f"vllm_verify_slo_profiles[{profile}][{preset if preset in presets else 'realtime'}]")
-    missing = [k for k in TARGETS if k not in base]
-    if missing:
-        raise VerifyError(f"vllm_verify_slo_profiles[{profile}]: targets {missing} are missing; "
-                          f"each preset sets all of {list(TARGETS)}")
     if not isinstance(overrides or {}, dict):
         raise VerifyError(f"vllm_verify_slo_overrides: {overrides!r} must map target names to numbers, "
                           "e.g. {median_tpot_ms: 12}")
+    presets = table[profile]
+    base = presets.get(preset) or {}
+    if not isinstance(base, dict) or (not base and not set(TARGETS) <= set(overrides or {})):
+        raise VerifyError(f"vllm_verify_slo_profiles[{profile}]: no SLO gates for preset {preset!r} (the table has "
+                          f"{sorted(p for p in presets if presets[p])}): give the preset or scene slo: realtime or "
+                          f"slo: batch (the gates it is held to), add {profile}.{preset} to vllm_verify_slo_profiles "
+                          f"(the whole table, docs/slo.md), or set all of {list(TARGETS)} in the scene's "
+                          "vllm_verify_slo_overrides")
+    _check_targets(base, f"vllm_verify_slo_profiles[{profile}][{preset}]")
+    missing = [k for k in TARGETS if k not in base]
+    if base and missing:
+        raise VerifyError(f"vllm_verify_slo_profiles[{profile}]: targets {missing} are missing; "
+                          f"each preset sets all of {list(TARGETS)}")
     _check_targets(overrides or {}, "vllm_verify_slo_overrides")
     merged = {**base, **(overrides or {})}
     return {k: merged[k] for k in TARGETS}

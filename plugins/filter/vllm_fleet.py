@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
 from ansible.errors import AnsibleFilterError  # noqa: E402
 
 from vllm_fleet import (  # noqa: E402
-    FleetError, compile_cache, gateway, hardware, in_sync, models, planner, rollout, scenes, vault, verify,
+    FleetError, cards, compile_cache, gateway, hardware, in_sync, models, planner, rollout, scenes, vault, verify,
     wheelhouse,
 )
 
@@ -38,6 +38,16 @@ def host_values(hosts: list[str], hostvars: Any, name: str) -> dict[str, Any]:
     return {host: hostvars[host].get(name) if host in hostvars else None for host in hosts}
 
 
+def presets(custom: dict[str, Any]) -> dict[str, Any]:
+    """Return the kit's built-in presets (the hardware registry's) with the user's own merged over them."""
+    return {**cards.presets(), **(custom or {})}
+
+
+def card_matchers(_: Any = None) -> dict[str, Any]:
+    """Return the registry's names, PCI ids and compute capability per GPU profile, for vllm_fleet_gpu_facts."""
+    return cards.matchers()
+
+
 def _guarded(function: Callable[..., Any]) -> Callable[..., Any]:
     """Turn the kit's errors into Ansible filter errors carrying the same message."""
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -56,6 +66,9 @@ class FilterModule:
         """Return the filters by name."""
         return {
             "vllm_fleet_host_values": host_values,
+            "vllm_fleet_presets": presets,
+            "vllm_fleet_card_matchers": card_matchers,
+            "vllm_fleet_driver_floor": _guarded(cards.driver_branch_for_cuda),
             "vllm_fleet_resolve_scenes": _guarded(scenes.resolve_scenes),
             "vllm_fleet_scenes_problem": scenes.resolve_problem,
             "vllm_fleet_apply_memory_budgets": _guarded(scenes.apply_memory_budgets),

@@ -12,6 +12,8 @@ description:
   - A host without an NVIDIA GPU is reported (C(present=false), profile C(cpu)), never failed on.
   - When the driver is loaded but nvidia-smi fails (for example C(Driver/library version mismatch)), the host is reported
     as present with the error text in C(nvidia_smi_error) and the cards named by the kernel module.
+  - Also reads each GPU's PCI id and PCIe link, and the peer-to-peer read matrix (C(nvidia-smi topo -p2p r)) that
+    decides how tensor-parallel scenes talk between cards.
   - Reads only; never changes the host.
 version_added: "0.1.0"
 author: vllm-fleet
@@ -33,6 +35,14 @@ options:
     description: Seconds nvidia-smi and lspci may run; a GPU that fell off the bus can hang nvidia-smi.
     type: int
     default: 30
+  profiles:
+    description:
+      - The GPU profiles to name the cards by, as the filter C(vllm_fleet_card_matchers) gives them from the kit's
+        hardware registry; per profile its C(names) (nvidia-smi's, lower case, without C(NVIDIA )), C(pci_ids)
+        (C(10de:2204)) and C(compute_capability) (C(8.6)).
+      - A card no profile matches, or whose compute capability disagrees with its profile's, is C(generic).
+    type: dict
+    default: {}
 attributes:
   check_mode:
     support: full
@@ -43,8 +53,9 @@ attributes:
 """
 
 EXAMPLES = r"""
-- name: Gather GPU facts
+- name: Gather GPU facts, naming the cards by the kit's hardware registry
   vllm_fleet_gpu_facts:
+    profiles: "{{ {} | vllm_fleet_card_matchers }}"
 
 - name: Fail where a GPU host has no usable GPU
   ansible.builtin.assert:
@@ -91,11 +102,13 @@ ansible_facts:
           type: str
           sample: "Failed to initialize NVML: Driver/library version mismatch"
         profile:
-          description: The host's GPU profile, that of GPU 0 (rtx3090, rtx4090, generic), or cpu when there is no GPU.
+          description: The host's GPU profile, that of GPU 0 (one of the profiles given, or generic), or cpu without GPU.
           type: str
           sample: rtx4090
         gpus:
-          description: The GPUs by index; memory and compute capability are null when only the kernel module named them.
+          description:
+            - The GPUs by index; memory and compute capability are null when only the kernel module named them.
+            - C(pci_id) and the C(pcie_*) link figures are there when nvidia-smi answered the link query.
           type: list
           elements: dict
           sample:
@@ -106,6 +119,18 @@ ansible_facts:
               memory_free_mib: 24057
               compute_capability: "8.9"
               profile: rtx4090
+              pci_id: "10de:2684"
+              pcie_gen: 4
+              pcie_width: 16
+              pcie_gen_max: 4
+              pcie_width_max: 16
+        p2p:
+          description:
+            - The peer-to-peer read matrix by GPU index (C(OK), C(NS), C(CNS), C(GNS), C(TNS), C(U), C(X) on the
+              diagonal), null when nvidia-smi did not give one.
+          type: list
+          elements: list
+          sample: [[X, NS], [NS, X]]
 """
 
 # Ansible's module layout puts the documentation blocks above the imports.
@@ -115,7 +140,9 @@ import subprocess  # noqa: E402
 from typing import List, Optional, Sequence  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.vllm_fleet_gpu import NVIDIA_SMI_ARGS, CommandResult, GpuParseError, gpu_facts  # noqa: E402
+from ansible.module_utils.vllm_fleet_gpu import (  # noqa: E402
+    LINK_ARGS, NVIDIA_SMI_ARGS, TOPOLOGY_ARGS, CommandResult, GpuParseError, gpu_facts,
+)
 
 # NVIDIA's .run installer puts nvidia-smi in /usr/bin or /usr/local/bin, which a non-login PATH may lack.
 NVIDIA_SMI_DIRS = ["/usr/bin", "/usr/local/bin"]
@@ -158,6 +185,14 @@ def _lspci(path: Optional[str], timeout: int) -> Optional[str]:
     return result.stdout if result.rc == 0 else None
 
 
+def _answer(path: Optional[str], args: Sequence[str], timeout: int) -> Optional[str]:
+    """What nvidia-smi printed for an extra query, None when it is missing or failed."""
+    if path is None:
+        return None
+    result = _run(path, args, timeout)
+    return result.stdout if result.rc == 0 else None
+
+
 def main() -> None:
     """Probe the host and return the vllm_fleet_gpus fact."""
     module = AnsibleModule(
@@ -166,6 +201,7 @@ def main() -> None:
             "proc_dir": {"type": "path", "default": "/proc/driver/nvidia"},
             "lspci_path": {"type": "path"},
             "timeout": {"type": "int", "default": 30},
+            "profiles": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -179,6 +215,9 @@ def main() -> None:
             # Sorted by PCI address, the order in which nvidia-smi numbers the GPUs.
             proc_gpu_information=[text for text in map(_read, information) if text is not None],
             lspci=_lspci(_executable(module, params["lspci_path"], "lspci", []), params["timeout"]),
+            profiles=params["profiles"],
+            links=_answer(nvidia_smi, LINK_ARGS, params["timeout"]),
+            topology=_answer(nvidia_smi, TOPOLOGY_ARGS, params["timeout"]),
         )
     except GpuParseError as error:
         module.fail_json(msg=f"unreadable NVIDIA driver information: {error}")

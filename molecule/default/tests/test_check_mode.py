@@ -22,9 +22,10 @@ import yaml
 
 SCENARIO = Path(__file__).resolve().parents[1]
 REPO = SCENARIO.parents[1]
-sys.path.insert(0, str(REPO / "molecule" / "shared"))
+sys.path[:0] = [str(REPO / "molecule" / "shared"), str(REPO / "lib")]
 
 from playbooks import lab_host, run_playbook  # noqa: E402
+from vllm_fleet import cards  # noqa: E402
 from rerun_hosts import LIMIT, rerun_host  # noqa: E402
 
 testinfra_hosts = ["ansible://gpu_hosts"]  # mdef4, the gateway, has tests/test_gateway.py
@@ -32,8 +33,7 @@ testinfra_hosts = ["ansible://gpu_hosts"]  # mdef4, the gateway, has tests/test_
 LAB = os.environ.get("VFL_LAB", "mdef")  # molecule.yml's provisioner env names the scenario's lab
 CONFIG_DIR = "/etc/vllm/scenes"
 SCENE = "batch"
-PRESET_SEQS = yaml.safe_load((REPO / "roles" / "vllm_scenes" / "defaults" / "main.yml").read_text())[
-    "vllm_scenes_presets"]["batch"]["engine_args"]["max_num_seqs"]
+PRESET_SEQS = cards.PRESETS["batch"].engine_args["max_num_seqs"]
 NEW_SEQS = PRESET_SEQS // 2
 # Everything the one change may report, as (task, item): the validated copy, the live config, the restart.
 EXPECTED_CHANGES = {

@@ -16,7 +16,8 @@ import pytest
 import testinfra.host
 import yaml
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[2] / "shared"), str(Path(__file__).resolve().parents[3] / "tools")]
+sys.path[:0] = [str(Path(__file__).resolve().parents[2] / "shared"), str(Path(__file__).resolve().parents[3] / "tools"),
+                str(Path(__file__).resolve().parents[3] / "lib")]
 
 from gateway_client import (BATCH_MODEL, CA_FILE, GATEWAY, GPU_HOSTS, LAB, MODEL, REPO, SCENARIO, SETTINGS,  # noqa: E402
                             Load, call, chat, client, key, runtime_api, scene_servers, secrets,
@@ -24,6 +25,7 @@ from gateway_client import (BATCH_MODEL, CA_FILE, GATEWAY, GPU_HOSTS, LAB, MODEL
 from lab_certificates import self_signed_pair  # noqa: E402
 from playbooks import lab_host, run_playbook, scene_health  # noqa: E402
 from units import MAX_EXPOSURE, exposure  # noqa: E402
+from vllm_fleet import cards  # noqa: E402
 
 testinfra_hosts = [f"ansible://{GATEWAY}"]
 GATEWAY_CONFIG = "/etc/vllm-gateway/haproxy.cfg"
@@ -165,9 +167,8 @@ def test_health_checks_follow_the_settings(host: testinfra.host.Host) -> None:
 def test_each_scene_takes_its_max_num_seqs_at_once(host: testinfra.host.Host) -> None:
     """Each scene's limit at the gateway is its preset's max_num_seqs: more requests wait there, and prefix affinity
     passes a prefix on when a scene has that many in flight and vllm_gateway_affinity_queue more waiting."""
-    presets = yaml.safe_load((REPO / "roles/vllm_scenes/defaults/main.yml").read_text())["vllm_scenes_presets"]
     limits = server_limits()
-    assert limits == {server: str(presets[server.split(":")[1]]["engine_args"]["max_num_seqs"]) for server in limits}
+    assert limits == {server: str(cards.PRESETS[server.split(":")[1]].engine_args["max_num_seqs"]) for server in limits}
     assert {f"{name}:realtime" for name in GPU_HOSTS} | {f"{GPU_HOSTS[0]}:batch"} == set(limits)
     assert host.backend.get_hostname() == GATEWAY
 
