@@ -193,6 +193,13 @@ def match(name: str, compute_capability: Any = None, pci_id: Optional[str] = Non
     return GENERIC
 
 
+def profile_of(gpu: dict[str, Any]) -> Optional[Profile]:
+    """Return the profile of one GPU of the vllm_fleet_gpus fact: the one it names, else the one its name, PCI id and
+    compute capability match (None for a card the registry does not know)."""
+    return known(gpu.get("profile")) or known(match(str(gpu.get("name") or ""), gpu.get("compute_capability"),
+                                                    gpu.get("pci_id")))
+
+
 def matchers() -> dict[str, dict[str, Any]]:
     """Return what the facts module needs to name a host's cards: per profile its names, PCI ids and capability."""
     return {p.key: {"names": list(p.names), "pci_ids": list(p.pci_ids),

@@ -14,7 +14,7 @@ from typing import Any, Optional
 from . import cards
 from . import engine_args as release_args
 from . import scenes as scene_model
-from .planner import GiB, PlanError, card, compute_capability, default_utilization, engine_arg, profile_of, version_tuple
+from .planner import GiB, PlanError, card, compute_capability, default_utilization, engine_arg, version_tuple
 
 Finding = tuple[str, str]  # ("error" | "warning", message)
 ERROR, WARNING = "error", "warning"
@@ -155,6 +155,28 @@ def parallel_findings(host: str, scene: dict[str, Any], plan: dict[str, Any],
     return findings
 
 
+# Below this link a tensor-parallel scene spends much of each step moving activations between its cards.
+MIN_TP_LINK = (3, 8)  # PCIe generation, lanes
+
+
+def link_findings(host: str, scene: dict[str, Any], gpus: dict[int, dict[str, Any]]) -> list[Finding]:
+    """Warn when a card of a tensor-parallel scene sits on a PCIe link below Gen3 x8 (judged by the most the card and
+    slot can do, since idle cards drop their link to save power)."""
+    if len(scene["gpus"]) < 2:
+        return []
+    findings: list[Finding] = []
+    for index in scene["gpus"]:
+        gpu = gpus.get(index) or {}
+        gen = gpu.get("pcie_gen_max") or gpu.get("pcie_gen")
+        width = gpu.get("pcie_width_max") or gpu.get("pcie_width")
+        if isinstance(gen, int) and isinstance(width, int) and (gen < MIN_TP_LINK[0] or width < MIN_TP_LINK[1]):
+            findings.append((WARNING, f"{_scene_var(host, scene)}.gpus: GPU {index} ({gpu.get('name')}) is on a PCIe "
+                                      f"Gen{gen} x{width} link, below Gen{MIN_TP_LINK[0]} x{MIN_TP_LINK[1]}: tensor "
+                                      "parallel moves every layer's activations over it; move the card to a faster "
+                                      "slot, or run one scene per card (gpus: all)"))
+    return findings
+
+
 def shared_gpu_findings(host: str, scenes: list[dict[str, Any]], gpus: dict[int, dict[str, Any]],
                         vllm_version: str) -> list[Finding]:
     """Refuse scenes on one GPU whose budgets cannot all be free when the last engine starts."""
@@ -264,7 +286,7 @@ def driver_findings(host: str, gpus_fact: dict[str, Any], vllm_version: str,
     cuda = cards.cuda_major(version_tuple(vllm_version))
     release_floor = required_driver_branch(vllm_version)
     floors = [(p.driver_branch, str(gpu.get("name"))) for gpu in gpus_fact.get("gpus") or []
-              for p in [profile_of(gpu)] if p and p.driver_branch > release_floor]
+              for p in [cards.profile_of(gpu)] if p and p.driver_branch > release_floor]
     needed, why = release_floor, (f"vllm_version {vllm_version} needs NVIDIA driver R{release_floor} or newer (its "
                                   f"wheels are CUDA {cuda} builds)")
     if floors:
@@ -305,6 +327,7 @@ def problems(host: str, scenes: list[dict[str, Any]], plans: list[dict[str, Any]
         findings += [(ERROR, f"{host}: vllm_scenes_list: {message}") for s in scenes
                      for message in scene_model.gpu_problems(s, sorted(gpus))]
         findings += [f for s in checked for f in parallel_findings(host, s, by_scene.get(s["name"], {}), gpus)]
+        findings += [f for s in checked for f in link_findings(host, s, gpus)]
         findings += shared_gpu_findings(host, checked, gpus, vllm_version)
         findings += [f for s in checked for index in s["gpus"] if index in gpus
                      for f in card_findings(host, s, gpus[index], vllm_version)]

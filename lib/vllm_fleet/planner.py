@@ -26,10 +26,15 @@ MiB = 1024**2
 _QWEN25_7B = {"num_hidden_layers": 28, "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
               "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": False,
               "max_position_embeddings": 32768}
+_QWEN25_32B = {"num_hidden_layers": 64, "hidden_size": 5120, "intermediate_size": 27648, "num_attention_heads": 40,
+               "num_key_value_heads": 8, "vocab_size": 152064, "tie_word_embeddings": False,
+               "max_position_embeddings": 32768}
 MODEL_CATALOG: dict[str, dict[str, Any]] = {
     "Qwen/Qwen2.5-7B-Instruct": {**_QWEN25_7B, "torch_dtype": "bfloat16", "loaded_gib": 14.29},
     "Qwen/Qwen2.5-7B-Instruct-AWQ": {**_QWEN25_7B, "torch_dtype": "float16", "loaded_gib": 5.38,
                                      "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}},
+    "Qwen/Qwen2.5-32B-Instruct-AWQ": {**_QWEN25_32B, "torch_dtype": "float16",
+                                      "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128}},
     "meta-llama/Llama-3.1-8B-Instruct": {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
                                          "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
                                          "tie_word_embeddings": False, "max_position_embeddings": 131072,
@@ -274,22 +279,15 @@ def default_utilization(vllm_version: str) -> float:
     return 0.92 if version_tuple(vllm_version) >= (0, 20) else 0.90
 
 
-def profile_of(gpu: dict[str, Any]) -> Optional[cards.Profile]:
-    """Return the registry's profile of one GPU of the vllm_fleet_gpus fact: the one it names, else the one its name,
-    PCI id and compute capability match (None for a card the registry does not know)."""
-    return cards.known(gpu.get("profile")) or cards.known(
-        cards.match(str(gpu.get("name") or ""), gpu.get("compute_capability"), gpu.get("pci_id")))
-
-
 def compute_capability(gpu: dict[str, Any]) -> Optional[int]:
     """Return a GPU's compute capability as one number (8.6 -> 86): its profile's, else the fact's, else None."""
-    known = profile_of(gpu)
+    known = cards.profile_of(gpu)
     return known.compute_capability if known else cards.capability_number(gpu.get("compute_capability"))
 
 
 def card(gpu: dict[str, Any], where: str) -> Card:
     """Turn one GPU of the vllm_fleet_gpus fact into what the planner needs of it."""
-    known = profile_of(gpu)
+    known = cards.profile_of(gpu)
     memory_mib = gpu.get("memory_total_mib") or (known.memory_mib if known else None)
     if not memory_mib:
         raise PlanError(f"{where}: GPU {gpu.get('index')} reports no memory size (nvidia-smi failed?); "
@@ -376,7 +374,8 @@ def plan_scene(scene: dict[str, Any], arch: Architecture, cards: Optional[list[C
                   "max_num_seqs": max_num_seqs, "kv_cache_dtype": kv_dtype, "block_size": block_size,
                   "tensor_parallel_size": tensor_parallel, "attention_heads": arch.heads, "kv_heads": arch.kv_heads,
                   "model_max_len": arch.max_position, "weights_gib": _gib(weights),
-                  "weights_measured": arch.measured, "kv_bytes_per_token": int(per_token)}
+                  "weights_measured": arch.measured, "kv_bytes_per_token": int(per_token),
+                  "p2p": None if tensor_parallel < 2 else scene.get("env", {}).get("NCCL_P2P_DISABLE") != "1"}
     if on_cpu:
         kv = int((cpu_kv_gib or 0) * GiB)
         plan.update({"device": "cpu", "profile": "cpu", "utilization": None, "budget_gib": None,
@@ -469,6 +468,17 @@ TABLE_LEGEND = ("GiB: budget = the card's memory x util; reserve = activations, 
                 "floor: the decode ms per token the card's memory bandwidth allows at best.")
 
 
+def _split_note(plan: Plan) -> str:
+    """Say how a tensor-parallel plan splits over its cards and how they talk ("" for one card)."""
+    ranks = plan.get("tensor_parallel_size") or 1
+    if ranks < 2 or plan.get("problem"):
+        return ""
+    talk = ("P2P between the cards" if plan.get("p2p") else
+            "no P2P between the cards: NCCL_P2P_DISABLE=1 and custom all-reduce off")
+    return (f"; split over {ranks} cards: {_cell(plan.get('weights_gib'))} GiB of weights and "
+            f"{_cell(plan.get('kv_cache_gib'))} GiB of KV cache on each; {talk}")
+
+
 def plan_table(plans: list[Plan]) -> str:
     """Render one host's plans as an aligned Markdown table within 120 columns, each scene's model and KV shape
     below it, and a legend."""
@@ -484,7 +494,7 @@ def plan_table(plans: list[Plan]) -> str:
         return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
 
     shapes = [f"{plan['scene']}: model {plan['model']}" + ("" if plan.get("problem") else
-              f", {_cell(plan.get('kv_bytes_per_token'))} B of KV per token, {_cell(plan.get('kv_blocks'))} blocks")
-              for plan in plans]
+              f", {_cell(plan.get('kv_bytes_per_token'))} B of KV per token, {_cell(plan.get('kv_blocks'))} blocks"
+              + _split_note(plan)) for plan in plans]
     return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in rows]
                      + shapes + [TABLE_LEGEND])

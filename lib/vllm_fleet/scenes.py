@@ -8,7 +8,7 @@ import math
 import re
 from typing import Any
 
-from . import FleetError
+from . import FleetError, cards
 from .gateway import SERVED_NAME
 
 Scene = dict[str, Any]
@@ -23,6 +23,8 @@ OWNED_ARGS = {"model", "served-model-name", "host", "port", "api-key", "config"}
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 ENV_VALUE = re.compile(r"[^\x00-\x1f\x7f\"\\%]{0,4096}")
 VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# A scene's gpus: all becomes one scene per GPU of the host (per_gpu_scenes).
+ALL_GPUS = "all"
 
 
 class SceneError(FleetError):
@@ -82,6 +84,9 @@ def resolve_scene(scene: Scene, presets: dict[str, Scene], models: dict[str, dic
     if not isinstance(port, int) or isinstance(port, bool) or not 1 <= port <= 65535:
         raise SceneError(f"{where}: port {port!r} must be an integer 1..65535")
     gpus = scene.get("gpus", preset.get("gpus", [0]))
+    if gpus == ALL_GPUS:
+        raise SceneError(f"{where}: gpus: all needs the host's GPU facts (vllm_fleet_gpus, gathered by site.yml's "
+                         "preflight) to make one scene per card; run the preflight, or list the GPU indexes")
     if not isinstance(gpus, list) or not all(isinstance(g, int) and not isinstance(g, bool) and g >= 0 for g in gpus):
         raise SceneError(f"{where}: gpus {gpus!r} must be a list of GPU indexes such as [0] or [0, 1]")
     budget = scene.get("memory_budget_gib", preset.get("memory_budget_gib"))
@@ -164,11 +169,69 @@ def resolve_scenes(scenes: list[Scene], presets: dict[str, Scene], models: dict[
     return resolved
 
 
+def per_gpu_scenes(scenes: Any, presets: dict[str, Scene], gpus_fact: dict[str, Any] | None) -> Any:
+    """Expand each scene with gpus: all into one scene per GPU of the host, named <name>-gpu<index>, each on its own
+    port: the scene's (or its preset's) port, then the next ones no other scene of the host claims."""
+    gpus = sorted(g.get("index") for g in (gpus_fact or {}).get("gpus") or [] if isinstance(g.get("index"), int))
+    if not isinstance(scenes, list) or not gpus:
+        return scenes  # resolve_scene explains what is wrong
+    entries = [s if isinstance(s, dict) else {"name": s} for s in scenes]
+    claimed = {s.get("port", (presets.get(s.get("preset", s.get("name"))) or {}).get("port"))
+               for s in entries if s.get("gpus") != ALL_GPUS}
+    expanded: list[Any] = []
+    for scene in entries:
+        if scene.get("gpus") != ALL_GPUS:
+            expanded.append(scene)
+            continue
+        preset = scene.get("preset", scene.get("name"))
+        port = scene.get("port", (presets.get(preset) or {}).get("port"))
+        for index in gpus:
+            while port in claimed and isinstance(port, int):
+                port += 1
+            claimed.add(port)
+            expanded.append({**scene, "name": f"{scene.get('name')}-gpu{index}", "preset": preset, "gpus": [index],
+                             "port": port})
+    return expanded
+
+
+def peer_to_peer(gpus_fact: dict[str, Any] | None, indexes: list[int]) -> bool | None:
+    """Tell whether every pair of the GPUs can read each other's memory directly: by nvidia-smi's P2P matrix, else by
+    the registry's expectation of the cards; None when neither knows."""
+    matrix = (gpus_fact or {}).get("p2p")
+    if isinstance(matrix, list) and all(isinstance(row, list) and len(row) == len(matrix) for row in matrix):
+        pairs = [(a, b) for a in indexes for b in indexes if a != b]
+        if all(a < len(matrix) and b < len(matrix) for a, b in pairs):
+            return all(matrix[a][b] == "OK" for a, b in pairs)
+    by_index = {g.get("index"): g for g in (gpus_fact or {}).get("gpus") or []}
+    profiles = [cards.profile_of(by_index[i]) if i in by_index else None for i in indexes]
+    return None if None in profiles else all(p.p2p for p in profiles if p)
+
+
+# Set on a tensor-parallel scene whose cards cannot reach each other directly: NCCL then copies through host memory
+# instead of hanging or corrupting (consumer cards over PCIe), and vLLM's custom all-reduce, which needs P2P, is off.
+NO_P2P_ENV = {"NCCL_P2P_DISABLE": "1"}
+NO_P2P_ARGS = {"disable-custom-all-reduce": True}
+
+
+def apply_gpu_settings(scenes: list[Scene], gpus_fact: dict[str, Any] | None) -> list[Scene]:
+    """Give each scene over several GPUs without peer-to-peer (or not known to have it) the settings that run it;
+    a value the scene sets itself wins."""
+    applied = []
+    for scene in scenes:
+        if len(scene["gpus"]) < 2 or peer_to_peer(gpus_fact, scene["gpus"]):
+            applied.append(scene)
+            continue
+        applied.append({**scene, "env": {**NO_P2P_ENV, **scene["env"]},
+                        "engine_args": {**NO_P2P_ARGS, **scene["engine_args"]}})
+    return applied
+
+
 def resolve_problem(scenes: list[Scene], presets: dict[str, Scene], models: dict[str, dict[str, Any]],
                     gpus_fact: dict[str, Any] | None, var: str) -> str:
     """Return why a host's scene list cannot be resolved (one line naming the variable and the fix), "" when it can."""
     try:
-        apply_memory_budgets(resolve_scenes(scenes, presets, models, var), gpus_fact, var)
+        apply_memory_budgets(resolve_scenes(per_gpu_scenes(scenes, presets, gpus_fact), presets, models, var),
+                             gpus_fact, var)
     except FleetError as error:
         return str(error)
     return ""

@@ -72,6 +72,8 @@ class FilterModule:
             "vllm_fleet_resolve_scenes": _guarded(scenes.resolve_scenes),
             "vllm_fleet_scenes_problem": scenes.resolve_problem,
             "vllm_fleet_apply_memory_budgets": _guarded(scenes.apply_memory_budgets),
+            "vllm_fleet_per_gpu_scenes": scenes.per_gpu_scenes,
+            "vllm_fleet_apply_gpu_settings": scenes.apply_gpu_settings,
             "vllm_fleet_scene_config": _guarded(scenes.config_file),
             "vllm_fleet_exposure_problems": _guarded(scenes.exposure_problems),
             "vllm_fleet_gpu_problems": _guarded(scenes.gpu_problems),
