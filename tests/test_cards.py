@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, load_as
 
 sys.path.insert(0, str(REPO / "lib"))
 
@@ -140,3 +140,19 @@ def test_the_one_place_test_sees_a_restated_fact(tmp_path: Path) -> None:
     for line in ('{"rtx3090": {"compute_capability": 86, "bandwidth_gbps": 936.0}}', "FP8_NATIVE_SM = 89  # sm_89",
                  'KNOWN = {"geforce rtx 4090": "8.9"}', "return 580  # R580", "PCI 10de:2204"):
         assert any(fact.search(line) for fact in facts), line
+
+
+def test_the_docs_tables_are_the_registry() -> None:
+    """docs/hardware.md and docs/slo.md hold the registry's tables as tools/cards_table.py writes them, and a changed
+    registry would make them differ."""
+    table = load_as("cards_table", REPO / "tools" / "cards_table.py")
+    for doc in table.DOCS:
+        assert table.rendered(doc.read_text()) == doc.read_text(), f"run tools/cards_table.py --write ({doc.name})"
+    changed = {**cards.PROFILES["rtx3090"].gates["realtime"], "median_tpot_ms": 99}
+    assert "| rtx3090 | realtime | 2100 / 3100 | 99 / 122 |" not in table.gates_table()
+    original = cards.PROFILES["rtx3090"].gates["realtime"]
+    cards.PROFILES["rtx3090"].gates["realtime"] = changed
+    try:
+        assert "| rtx3090 | realtime | 2100 / 3100 | 99 / 122 |" in table.gates_table()
+    finally:
+        cards.PROFILES["rtx3090"].gates["realtime"] = original

@@ -109,3 +109,18 @@ def test_bad_engine_arguments_are_one_line_each(tmp_path: Path) -> None:
         "such "
         "argument; did you mean max_num_seqs?"], result.stdout[-3000:]
     assert recap(result.stdout)["gpu-3090-b"]["failed"] == 0 and "changed=1" not in result.stdout
+
+
+def test_the_tensor_parallel_example_splits_over_two_3090s_and_one_card_is_refused() -> None:
+    """examples/tp-32b: Qwen2.5-32B-AWQ at 32,768 tokens plans split over two RTX 3090 without P2P (the plan names the
+    NCCL settings); on one card the same scene is refused before any change, naming host, variable and fix."""
+    example = REPO / "examples" / "tp-32b"
+    result = plan(inventory=example)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "split over 2 cards: 9.10 GiB of weights and" in result.stdout
+    assert "no P2P between the cards: NCCL_P2P_DISABLE=1 and custom all-reduce off" in result.stdout
+    one_card = ('{"vllm_scenes_list": [{"name": "realtime", "gpus": [0], "api_key_var": "vault_realtime_api_key", '
+                '"engine_args": {"max_model_len": 32768, "gpu_memory_utilization": 0.9}}]}')
+    refused = plan("-e", one_card, inventory=example)
+    assert refused.returncode != 0 and "failed=1" in refused.stdout
+    assert "gpu-2x3090: vllm_scenes_list[name=realtime].engine_args.max_model_len: one 32,768-token" in refused.stdout

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # The real-GPU proof of the cuda flavour (docs/gpu-proof.md), one step per call on the GPU host, from the repo root:
+#   facts                     the GPU facts module on this host, named by the hardware registry, and the raw
+#                             nvidia-smi link query, P2P matrix and topology it reads (test data for tests/data/nvidia)
 #   receive DIR               keep one carried chunk-NN of the offline wheelhouse (tools/offline_wheelhouse.py) on the host
 #   converge [EXTRA...]       reassemble the wheelhouse, write the random 7B AWQ model, site.yml, plan, start realtime
 #                             cold (EXTRA: ansible-playbook arguments, e.g. -e @inventory/extra-vars/FILE.yml)
@@ -208,6 +210,17 @@ PY
     for part in gateway ingress; do kill "$(cat "$STATE/haproxy-$part.pid")" 2>/dev/null; done
     cp "$run_dir"/*haproxy.cfg "$STATE/" && rm -rf "$run_dir"
     pack gateway
+    ;;
+  facts)
+    ansible_tools
+    nvidia-smi "--query-gpu=index,pci.device_id,pcie.link.gen.current,pcie.link.width.current,pcie.link.gen.max,pcie.link.width.max" \
+      --format=csv,noheader,nounits >"$STATE/smi-links.csv" 2>&1
+    nvidia-smi topo -p2p r >"$STATE/topo-p2p-r.txt" 2>&1
+    nvidia-smi topo -m >"$STATE/topo-m.txt" 2>&1
+    timed facts ansible "${INVENTORY[@]}" gpu_hosts -m vllm_fleet_gpu_facts -a 'profiles={{ {} | vllm_fleet_card_matchers }}'
+    timed plan-facts ansible-playbook "${INVENTORY[@]}" playbooks/plan.yml
+    cat "$STATE/smi-links.csv" "$STATE/topo-p2p-r.txt" "$STATE/topo-m.txt" "$STATE/facts.log"
+    pack facts
     ;;
   receive)
     mkdir -p "$WHEELS.parts" && cp -r "$2" "$WHEELS.parts/" && du -sh "$WHEELS.parts"

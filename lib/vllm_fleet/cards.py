@@ -214,10 +214,10 @@ def gates_for(profile: str, preset: str) -> Optional[Gates]:
     card = known(profile)
     reference = PROFILES[GATES_REFERENCE]
     if card and card.gates:
-        return card.gates.get(preset)
+        return dict(card.gates[preset]) if preset in card.gates else None
     base = reference.gates.get(preset)
     if base is None or card is None or card.bandwidth_gbps >= reference.bandwidth_gbps:
-        return base
+        return None if base is None else dict(base)
     slower = reference.bandwidth_gbps / card.bandwidth_gbps
     scaled = {key: round(value * slower) for key, value in base.items() if "tpot" in key}
     return {**base, **scaled, "min_output_throughput": round(base["min_output_throughput"] / slower)}
