@@ -355,3 +355,34 @@ def test_ansible_finds_and_runs_the_module_with_the_repo_config(tmp_path: Path) 
     assert run.stdout.startswith("localhost | SUCCESS =>"), run.stdout
     facts = yaml.safe_load(run.stdout.split("=>", 1)[1])["ansible_facts"]["vllm_fleet_gpus"]
     assert (facts["profile"], facts["detected_by"], facts["driver_version"]) == ("rtx4090", ["nvidia-smi"], "550.163.01")
+
+
+# --- PCI ids, PCIe links and the P2P matrix ----------------------------------------------------------------------------
+
+
+def test_link_query_and_p2p_matrix_of_the_real_h200() -> None:
+    """The H200's link query gives its PCI id (vendor:device) and Gen5 x16 link; its P2P matrix, with the terminal
+    escapes nvidia-smi writes even into a pipe, is the one-GPU matrix [[X]]; the fact names the card h200 by its PCI id."""
+    assert gpu.parse_links(data("smi-links-h200.csv")) == {0: {
+        "pci_id": "10de:2335", "pcie_gen": 5, "pcie_width": 16, "pcie_gen_max": 5, "pcie_width_max": 16}}
+    assert "\x1b[" in data("topo-p2p-r-h200.txt")
+    assert gpu.parse_p2p_matrix(data("topo-p2p-r-h200.txt")) == [["X"]]
+    facts = gpu.gpu_facts(gpu.CommandResult(0, data("smi-h200.csv").replace("NVIDIA H200", "NVIDIA Graphics Device"), ""),
+                          None, [], None, MATCHERS, data("smi-links-h200.csv"), data("topo-p2p-r-h200.txt"))
+    assert (facts["profile"], facts["p2p"], facts["gpus"][0]["pcie_width_max"]) == ("h200", [["X"]], 16)
+
+
+@pytest.mark.parametrize("text", ["", "garbage", " \tGPU0\tGPU1\n GPU0\tX\tNS\n", " \tGPU0\tGPU1\n GPU0\tX\tZZ\n GPU1\tZZ\tX\n",
+                                  data("topo-m-h200.txt")])
+def test_what_is_not_a_p2p_matrix_is_none(text: str) -> None:
+    """A missing row, an unknown code or another table (topo -m) is no matrix, rather than a wrong one."""
+    assert gpu.parse_p2p_matrix(text) is None
+
+
+def test_a_two_gpu_matrix_and_a_mismatched_one() -> None:
+    """Two GeForce cards without P2P read as NS both ways; a matrix whose size differs from the GPU list is dropped."""
+    matrix = " \t\x1b[4mGPU0\tGPU1\t\x1b[0m\n GPU0\tX\tNS\t\n GPU1\tNS\tX\t\n\nLegend:\n\n  X    = Self\n"
+    assert gpu.parse_p2p_matrix(matrix) == [["X", "NS"], ["NS", "X"]]
+    two = gpu.gpu_facts(gpu.CommandResult(0, data("smi-2x-rtx3090.csv"), ""), None, [], None, MATCHERS, None, matrix)
+    one = gpu.gpu_facts(gpu.CommandResult(0, data("smi-h200.csv"), ""), None, [], None, MATCHERS, None, matrix)
+    assert (two["p2p"], one["p2p"]) == ([["X", "NS"], ["NS", "X"]], None)

@@ -218,7 +218,7 @@ PY
     nvidia-smi topo -p2p r >"$STATE/topo-p2p-r.txt" 2>&1
     nvidia-smi topo -m >"$STATE/topo-m.txt" 2>&1
     timed facts ansible "${INVENTORY[@]}" gpu_hosts -m vllm_fleet_gpu_facts -a 'profiles={{ {} | vllm_fleet_card_matchers }}'
-    timed plan-facts ansible-playbook "${INVENTORY[@]}" playbooks/plan.yml
+    timed plan-facts ansible-playbook "${INVENTORY[@]}" playbooks/plan.yml -e @inventory/extra-vars/gpu-proof-per-gpu.yml
     cat "$STATE/smi-links.csv" "$STATE/topo-p2p-r.txt" "$STATE/topo-m.txt" "$STATE/facts.log"
     pack facts
     ;;

@@ -18,6 +18,8 @@ LINK_FIELDS = ("index", "pci.device_id", "pcie.link.gen.current", "pcie.link.wid
 LINK_ARGS = ("--query-gpu=" + ",".join(LINK_FIELDS), "--format=csv,noheader,nounits")
 # The peer-to-peer read capability matrix: OK where one GPU can read another's memory directly.
 TOPOLOGY_ARGS = ("topo", "-p2p", "r")
+# nvidia-smi underlines the matrix's header with terminal escapes even when writing to a pipe (seen on an H200, R580).
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 # nvidia-smi's legend for that matrix.
 P2P_CODES = {"X": "self", "OK": "ok", "CNS": "chipset not supported", "GNS": "GPU not supported",
              "TNS": "topology not supported", "NS": "not supported", "U": "unknown"}
@@ -233,7 +235,7 @@ def parse_p2p_matrix(text: str) -> Optional[List[List[str]]]:
     one."""
     rows: Dict[int, List[str]] = {}
     header: List[int] = []
-    for line in text.splitlines():
+    for line in ANSI_ESCAPE.sub("", text).splitlines():
         cells = line.split()
         if cells and all(re.fullmatch(r"GPU\d+", cell) for cell in cells):
             header = [int(cell[3:]) for cell in cells]
