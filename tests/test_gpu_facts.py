@@ -372,8 +372,8 @@ def test_link_query_and_p2p_matrix_of_the_real_h200() -> None:
     assert (facts["profile"], facts["p2p"], facts["gpus"][0]["pcie_width_max"]) == ("h200", [["X"]], 16)
 
 
-@pytest.mark.parametrize("text", ["", "garbage", " \tGPU0\tGPU1\n GPU0\tX\tNS\n", " \tGPU0\tGPU1\n GPU0\tX\tZZ\n GPU1\tZZ\tX\n",
-                                  data("topo-m-h200.txt")])
+@pytest.mark.parametrize("text", ["", "garbage", " \tGPU0\tGPU1\n GPU0\tX\tNS\n",
+                                  " \tGPU0\tGPU1\n GPU0\tX\tZZ\n GPU1\tZZ\tX\n", data("topo-m-h200.txt")])
 def test_what_is_not_a_p2p_matrix_is_none(text: str) -> None:
     """A missing row, an unknown code or another table (topo -m) is no matrix, rather than a wrong one."""
     assert gpu.parse_p2p_matrix(text) is None
