@@ -24,7 +24,7 @@ NOWHERE = "/nonexistent/vllm-fleet-test"
 
 
 gpu = load_as("ansible.module_utils.vllm_fleet_gpu", REPO / "plugins" / "module_utils" / "vllm_fleet_gpu.py")
-facts_module = load_as("vllm_fleet_gpu_facts", REPO / "plugins" / "modules" / "vllm_fleet_gpu_facts.py")
+facts_module = load_as("ansible.modules.vllm_fleet_gpu_facts", REPO / "plugins" / "modules" / "vllm_fleet_gpu_facts.py")
 # What the roles pass the module: the hardware registry's names, PCI ids and compute capabilities.
 MATCHERS = cards.matchers()
 
@@ -54,6 +54,9 @@ def test_h200_line_parses_field_by_field() -> None:
     ("smi-rtx5090-rtx3090.csv", "580.119.02", [("NVIDIA GeForce RTX 5090", 32607, 32589, "12.0", "rtx5090"),
                                                ("NVIDIA GeForce RTX 3090", 24576, 1224, "8.6", "rtx3090")]),
     ("smi-rtx4080-super.csv", "595.71.05", [("NVIDIA GeForce RTX 4080 SUPER", 16376, 15348, "8.9", "rtx4080super")]),
+    ("smi-rtx-a6000.csv", "510.73.05", [("NVIDIA RTX A6000", 49140, 49139, "8.6", "rtxa6000")]),
+    ("smi-rtx5090-rtx3090ti.csv", "595.71.05", [("NVIDIA GeForce RTX 5090", 32607, 9865, "12.0", "rtx5090"),
+                                                ("NVIDIA GeForce RTX 3090 Ti", 24564, 3082, "8.6", "rtx3090ti")]),
     ("smi-l40s.csv", "595.80", [("NVIDIA L40S", 46068, 45460, "8.9", "l40s")]),
     ("smi-h100-80gb-hbm3.csv", "590.48.01", [("NVIDIA H100 80GB HBM3", 81559, 81081, "9.0", "h100")]),
 ])

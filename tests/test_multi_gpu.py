@@ -25,10 +25,15 @@ NO_P2P = "        GPU0    GPU1\n GPU0   X       NS\n GPU1   NS      X\n"
 OK_P2P = NO_P2P.replace("NS", "OK")
 
 
+def data(name: str) -> str:
+    """A capture from tests/data/nvidia."""
+    return (DATA / name).read_text()
+
+
 def host_facts(capture: str = "smi-2x-rtx3090.csv", topology: Optional[str] = NO_P2P,
                links: Optional[str] = None) -> dict[str, Any]:
     """The vllm_fleet_gpus fact the module makes from a real nvidia-smi capture and the given matrix and links."""
-    return gpu_utils.gpu_facts(gpu_utils.CommandResult(0, (DATA / capture).read_text(), ""), None, [], None,
+    return gpu_utils.gpu_facts(gpu_utils.CommandResult(0, data(capture), ""), None, [], None,
                                cards.matchers(), links, topology)
 
 
@@ -64,7 +69,7 @@ def test_32b_awq_splits_over_two_3090s() -> None:
     assert plan["kv_tokens"] >= 2 * 32768 and plan["kv_bytes_per_token"] == 2 * 64 * 4 * 128 * 2
     table = planner.plan_table(plans)
     assert "split over 2 cards: 9.10 GiB of weights and" in table
-    assert "no P2P between the cards: NCCL_P2P_DISABLE=1 and custom all-reduce off" in table
+    assert "no P2P between the cards: NCCL_P2P_DISABLE=1, custom all-reduce off" in table
 
 
 def test_32b_awq_on_one_3090_is_refused_with_the_fix() -> None:
@@ -107,17 +112,44 @@ def test_p2p_from_the_matrix_then_the_registry() -> None:
 
 
 def test_nccl_settings_only_where_p2p_is_absent_and_the_users_win() -> None:
-    """Without P2P a TP scene gets NCCL_P2P_DISABLE=1 and custom all-reduce off; with P2P, or on one card, nothing;
-    a value the scene sets itself stays."""
+    """Without P2P a TP scene gets NCCL_P2P_DISABLE=1 and custom all-reduce off; GeForce cards whose P2P a patched
+    driver turned on (a real matrix) keep NCCL's P2P but not custom all-reduce; workstation cards with P2P keep both;
+    one card gets nothing; a value the scene sets itself wins."""
     [no_p2p] = resolve([big([0, 1])], host_facts(topology=NO_P2P))
     assert no_p2p["env"]["NCCL_P2P_DISABLE"] == "1" and no_p2p["engine_args"]["disable-custom-all-reduce"] is True
-    [with_p2p] = resolve([big([0, 1])], host_facts(topology=OK_P2P))
-    assert "NCCL_P2P_DISABLE" not in with_p2p["env"] and "disable-custom-all-reduce" not in with_p2p["engine_args"]
+    patched = host_facts(topology=data("topo-p2p-rw-2x-rtx3090-patched-ok.txt"))
+    assert patched["p2p"] == [["X", "OK"], ["OK", "X"]]
+    [geforce] = resolve([big([0, 1])], patched)
+    assert "NCCL_P2P_DISABLE" not in geforce["env"] and geforce["engine_args"]["disable-custom-all-reduce"] is True
+    a6000 = host_facts("smi-rtx-a6000.csv", topology=None)
+    a6000["gpus"].append({**a6000["gpus"][0], "index": 1})
+    [workstation] = resolve([big([0, 1])], a6000)
+    assert "NCCL_P2P_DISABLE" not in workstation["env"]
+    assert "disable-custom-all-reduce" not in workstation["engine_args"]
     [one] = resolve([big([0])], host_facts())
-    assert "NCCL_P2P_DISABLE" not in one["env"]
+    assert "NCCL_P2P_DISABLE" not in one["env"] and "disable-custom-all-reduce" not in one["engine_args"]
     own = {**big([0, 1], disable_custom_all_reduce=False), "env": {"NCCL_P2P_DISABLE": "0"}}
     [kept] = resolve([own], host_facts(topology=NO_P2P))
     assert kept["env"]["NCCL_P2P_DISABLE"] == "0" and kept["engine_args"]["disable-custom-all-reduce"] is False
+
+
+@pytest.mark.parametrize(("capture", "p2p"), [("topo-p2p-r-8x-h100-ok.txt", True), ("topo-p2p-r-2x-l4-cns.txt", False),
+                                              ("topo-p2p-rw-2x-rtx5090-gns.txt", False),
+                                              ("topo-p2p-rw-2x-rtx3090-patched-ok.txt", True)])
+def test_p2p_from_real_matrices(capture: str, p2p: bool) -> None:
+    """Real matrices (published with spaces for tabs, or tabs; with and without the DR legend line): OK everywhere
+    is P2P; CNS or GNS between two cards is none."""
+    matrix = gpu_utils.parse_p2p_matrix(data(capture))
+    assert matrix is not None and all(row[i] == "X" for i, row in enumerate(matrix))
+    assert scenes.peer_to_peer({"p2p": matrix, "gpus": []}, [0, 1]) is p2p
+
+
+def test_a_5090_and_a_3090_ti_are_named_and_refused_together() -> None:
+    """The real 5090 + 3090 Ti host: each card its own profile, and tensor parallel over both refused as mixed."""
+    facts = host_facts("smi-rtx5090-rtx3090ti.csv", topology=None)
+    assert [g["profile"] for g in facts["gpus"]] == ["rtx5090", "rtx3090ti"]
+    _, found = check(resolve([big([0, 1])], facts), facts)
+    assert any("differ: tensor parallel runs every rank" in error for error in found["errors"])
 
 
 def test_a_slow_link_under_tensor_parallel_is_a_warning() -> None:

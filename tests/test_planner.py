@@ -229,7 +229,7 @@ def test_cards_from_the_facts() -> None:
     for name, capability, gbps in (("NVIDIA A10", "8.6", 600.0), ("NVIDIA A100-SXM4-80GB", "8.0", 2039.0),
                                    ("NVIDIA A100-PCIE-40GB", "8.0", 1555.0), ("NVIDIA L4", "8.9", 300.0),
                                    ("NVIDIA L40S", "8.9", 864.0), ("NVIDIA H100 PCIe", "9.0", 2000.0),
-                                   ("NVIDIA H100 80GB HBM3", "9.0", 3350.0), ("NVIDIA GeForce RTX 4080 SUPER", "8.9", 736.3),
+                                   ("NVIDIA H100 80GB HBM3", "9.0", 3350.0), ("NVIDIA GeForce RTX 4080 SUPER", "8.9", 736.0),
                                    ("NVIDIA GeForce RTX 5090", "12.0", 1792.0), ("NVIDIA GeForce RTX 3080", "8.6", None),
                                    ("NVIDIA A10", "9.0", None)):
         gpu = {**H200, "name": name, "compute_capability": capability, "profile": "generic"}

@@ -130,11 +130,12 @@ PROFILES: dict[str, Profile] = {p.key: p for p in (
     Profile("rtx4090", ("geforce rtx 4090",), ("10de:2684",), "Ada AD102", 89, 24564, 1008.0, 520, 90, False,
             reserved_mib=346, gates=_RTX4090_GATES),
     Profile("rtx4080", ("geforce rtx 4080",), ("10de:2704",), "Ada AD103", 89, 16376, 716.8, 525, 90, False),
-    Profile("rtx4080super", ("geforce rtx 4080 super",), ("10de:2702",), "Ada AD103", 89, 16376, 736.3, 545, 90, False),
-    Profile("rtx4070tisuper", ("geforce rtx 4070 ti super",), ("10de:2705",), "Ada AD103", 89, 16376, 672.3, 545, 90,
-            False),
+    Profile("rtx4080super", ("geforce rtx 4080 super",), ("10de:2702", "10de:2703"), "Ada AD103", 89, 16376, 736.0,
+            545, 90, False),
+    Profile("rtx4070tisuper", ("geforce rtx 4070 ti super",), ("10de:2705", "10de:2689"), "Ada AD103", 89, 16376,
+            672.0, 545, 90, False),
     Profile("rtx5090", ("geforce rtx 5090",), ("10de:2b85",), "Blackwell GB202", 120, 32607, 1792.0, 570, 90, False),
-    Profile("rtxa6000", ("rtx a6000",), ("10de:2230",), "Ampere GA102", 86, 49140, 768.0, 455, 93, True,
+    Profile("rtxa6000", ("rtx a6000",), ("10de:2230",), "Ampere GA102", 86, 49140, 768.0, 455, None, True,
             consumer=False),
     Profile("rtx6000ada", ("rtx 6000 ada generation",), ("10de:26b1",), "Ada AD102", 89, 49140, 960.0, 525, None, True,
             consumer=False),
@@ -241,7 +242,7 @@ def cuda_major(vllm_version: tuple[int, int]) -> int:
 
 def driver_branch_for_cuda(cuda: Any) -> int:
     """Return the oldest driver branch a CUDA release (its major, or MAJOR.MINOR) runs on."""
-    major = str(cuda).split(".")[0]
+    major = str(cuda).partition(".")[0]
     if not major.isdigit() or int(major) not in DRIVER_BRANCH_BY_CUDA:
         raise FleetError(f"CUDA {cuda!r}: the kit knows the driver branch of CUDA "
                          f"{' and '.join(map(str, DRIVER_BRANCH_BY_CUDA))} only; set a CUDA release MAJOR.MINOR of those")
