@@ -23,7 +23,7 @@ export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 # secrets are never encrypted with this one by mistake (preflight refuses them outside the lab).
 export ANSIBLE_VAULT_IDENTITY_LIST := lab@$(abspath inventory/lab/vault-password)
 
-.PHONY: setup lab-up lab-down lab-model lab test checks lint syntax unit molecule bench clean
+.PHONY: setup lab-up lab-down lab-model lab test checks lint syntax unit sanity molecule bench clean
 
 $(BIN)/ansible-playbook: requirements.txt
 	tools/install-host-packages
@@ -57,11 +57,17 @@ syntax: setup  # one ansible-playbook parses every playbook and fails on the fir
 unit: setup  # pytest exits 5 when it collects nothing, which fails the target
 	pytest -q tests
 
+# ansible-test sanity (validate-modules, import, compile, pylint, pep8, yamllint, ...) on the kit assembled as a
+# collection in a temporary tree, no test ignored; ansible-test keeps each test's pinned tools in ~/.ansible/test/venv.
+sanity: setup
+	$(BIN)/python tools/sanity.py
+
 molecule: setup lab-model  ## every scenario, in MOLECULE_LANES; they use the lab's file server, wheelhouse and tiny model
 	$(BIN)/python tools/molecule_lanes.py --nice $(MOLECULE_NICE) $(MOLECULE_LANES)
 
-checks: setup  # lint, syntax and unit tests, one after another
-	$(MAKE) --no-print-directory lint && $(MAKE) --no-print-directory syntax && $(MAKE) --no-print-directory unit
+checks: setup  # lint, syntax, unit and sanity tests, one after another
+	$(MAKE) --no-print-directory lint && $(MAKE) --no-print-directory syntax && $(MAKE) --no-print-directory unit \
+		&& $(MAKE) --no-print-directory sanity
 
 # The checks run beside the molecule lanes: the lanes' first minutes (lab roots, apt, the wheelhouse download) wait on
 # the network, not the cores. Each part's output comes whole when it ends; make fails if either fails.

@@ -115,9 +115,11 @@ def test_spec_defaults_equal_defaults(role: str) -> None:
 
 @pytest.mark.parametrize("role", ROLES)
 def test_role_layout(role: str) -> None:
-    """The role has meta/main.yml and tasks/main.yml, and each templates/*.j2 starts with ansible_managed."""
+    """The role has meta/main.yml and tasks/main.yml (a settings-only role, with no tasks directory, has defaults
+    instead), and each templates/*.j2 starts with ansible_managed."""
     assert _find(role, "meta") is not None, f"role {role}: meta/main.yml is missing"
-    assert _find(role, "tasks") is not None, f"role {role}: tasks/main.yml is missing"
+    settings_only = not (ROLES_DIR / role / "tasks").exists() and _find(role, "defaults") is not None
+    assert settings_only or _find(role, "tasks") is not None, f"role {role}: tasks/main.yml is missing"
     templates_dir = ROLES_DIR / role / "templates"
     unmanaged = [
         str(path.relative_to(ROLES_DIR))

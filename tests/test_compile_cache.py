@@ -23,7 +23,7 @@ from vllm_fleet import compile_cache as cc  # noqa: E402
 
 bundles = load_as("ansible.module_utils.vllm_fleet_compile_cache",
                   REPO / "plugins" / "module_utils" / "vllm_fleet_compile_cache.py")
-module = load_as("vllm_fleet_compile_cache", REPO / "plugins" / "modules" / "vllm_fleet_compile_cache.py")
+module = load_as("ansible.modules.vllm_fleet_compile_cache", REPO / "plugins" / "modules" / "vllm_fleet_compile_cache.py")
 
 PARTS = cc.cache_parts("cpu")
 EXACT_NS = 1_733_000_000_123_456_789  # a time a float of seconds cannot hold

@@ -17,7 +17,7 @@ sys.path.insert(0, str(REPO / "lib"))
 from vllm_fleet import in_sync  # noqa: E402
 
 logic = load_as("ansible.module_utils.vllm_fleet_in_sync", REPO / "plugins" / "module_utils" / "vllm_fleet_in_sync.py")
-in_sync_module = load_as("vllm_fleet_in_sync", REPO / "plugins" / "modules" / "vllm_fleet_in_sync.py")
+in_sync_module = load_as("ansible.modules.vllm_fleet_in_sync", REPO / "plugins" / "modules" / "vllm_fleet_in_sync.py")
 
 HOST_VARS = {"vllm_scenes_list": [{"name": "realtime"}], "group_names": ["gpu_hosts"], "inventory_hostname": "lab1",
              "ansible_host": "10.0.0.1", "ansible_facts": {"vllm_fleet_gpus": {"count": 1}},
@@ -37,17 +37,17 @@ class Undefined(dict):
     def __getitem__(self, name: str) -> object:
         """Raise for the variable that names a role default."""
         if name == "release_link":
-            raise RuntimeError("'vllm_install_dir' is undefined")
+            raise RuntimeError("'vllm_fleet_install_dir' is undefined")
         return super().__getitem__(name)
 
 
 def test_a_variable_that_cannot_be_templated_yet_counts_by_its_expression() -> None:
     """Its expression stands for it, so editing the expression still changes the digest."""
-    raw = {"release_link": "{{ vllm_install_dir }}/current"}
+    raw = {"release_link": "{{ vllm_fleet_install_dir }}/current"}
     assert in_sync.host_inputs(Undefined({"release_link": None}), raw) == {
-        "release_link": '{"untemplated": "{{ vllm_install_dir }}/current"}'}
+        "release_link": '{"untemplated": "{{ vllm_fleet_install_dir }}/current"}'}
     assert in_sync.inputs_digest(Undefined({"release_link": None}), KIT, [], raw) != in_sync.inputs_digest(
-        Undefined({"release_link": None}), KIT, [], {"release_link": "{{ vllm_install_dir }}/now"})
+        Undefined({"release_link": None}), KIT, [], {"release_link": "{{ vllm_fleet_install_dir }}/now"})
 
 
 class Undecryptable:

@@ -118,7 +118,7 @@ def test_the_tensor_parallel_example_splits_over_two_3090s_and_one_card_is_refus
     result = plan(inventory=example)
     assert result.returncode == 0, result.stdout[-3000:]
     assert "split over 2 cards: 9.10 GiB of weights and" in result.stdout
-    assert "no P2P between the cards: NCCL_P2P_DISABLE=1 and custom all-reduce off" in result.stdout
+    assert "no P2P between the cards: NCCL_P2P_DISABLE=1, custom all-reduce off" in result.stdout
     one_card = ('{"vllm_scenes_list": [{"name": "realtime", "gpus": [0], "api_key_var": "vault_realtime_api_key", '
                 '"engine_args": {"max_model_len": 32768, "gpu_memory_utilization": 0.9}}]}')
     refused = plan("-e", one_card, inventory=example)

@@ -26,7 +26,7 @@ def preflight(role: str, tmp_path: Path, **extra: str) -> subprocess.CompletedPr
 
 
 @pytest.mark.parametrize(("role", "extra", "line"), [
-    ("vllm", {"vllm_releases_keep": "0", "vllm_flavour": "cuda"},
+    ("vllm", {"vllm_releases_keep": "0", "vllm_fleet_flavour": "cuda"},
      "controller: vllm_releases_keep is 0; set it to 1 or more: a failed rollout or converge restores the release"),
 ])
 def test_refusal_is_one_line_with_the_fix(role: str, extra: dict[str, str], line: str, tmp_path: Path) -> None:
@@ -39,5 +39,5 @@ def test_refusal_is_one_line_with_the_fix(role: str, extra: dict[str, str], line
 
 def test_the_defaults_pass(tmp_path: Path) -> None:
     """The same preflight with the role's defaults refuses nothing."""
-    done = preflight("vllm", tmp_path, vllm_flavour="cuda")
+    done = preflight("vllm", tmp_path, vllm_fleet_flavour="cuda")
     assert done.returncode == 0, done.stdout[-2000:]

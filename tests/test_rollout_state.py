@@ -19,7 +19,8 @@ from vllm_fleet import rollout, scenes  # noqa: E402
 
 deployment = load_as("ansible.module_utils.vllm_fleet_deployment",
                      REPO / "plugins" / "module_utils" / "vllm_fleet_deployment.py")
-deployment_module = load_as("vllm_fleet_deployment", REPO / "plugins" / "modules" / "vllm_fleet_deployment.py")
+deployment_module = load_as("ansible.modules.vllm_fleet_deployment",
+                            REPO / "plugins" / "modules" / "vllm_fleet_deployment.py")
 Layout, plan_restore = deployment.Layout, deployment.plan_restore
 
 SCENE_OF = {"/c/realtime.yaml": "realtime", "/c/realtime.env": "realtime", "/u/vllm-scene-realtime.service": "realtime",

@@ -41,7 +41,7 @@ def render(tmp_path: Path, scenes: list[dict[str, Any]]) -> tuple[dict[str, str]
     out = tmp_path / "units"
     out.mkdir()
     extra = {"render_dir": str(out), "ansible_python_interpreter": str(REPO / ".venv" / "bin" / "python"),
-             "vllm_scenes_flavour": "cuda", "vllm_fleet_gpus": two_3090s(),
+             "vllm_fleet_flavour": "cuda", "vllm_fleet_gpus": two_3090s(),
              "vllm_scenes_list": scenes, "_vllm_scenes_release": {"name": "r1", "path": str(release)},
              "_vllm_scenes_installed": {"models": {}},
              "vllm_model_list": [{"name": "qwen", "source": "hf", "repo": "Qwen/Qwen2.5-7B-Instruct-AWQ"}]}

@@ -263,8 +263,8 @@ def test_space_problem_message() -> None:
     model = {"name": "qwen", "size": 6 * 1024**3}
     assert models.space_problem(HOST, MODEL_DIR, model, f"Avail\n{100 * 1024**3}\n") == ""
     assert models.space_problem(HOST, MODEL_DIR, model, f"   Avail\n{2 * 1024**3}\n") == (
-        "gpu1: vllm_model_dir (/var/lib/vllm/models) has 2.0 GiB free, model qwen needs 6.6 GiB: "
-        "free space or point vllm_model_dir at a larger disk")
+        "gpu1: vllm_fleet_model_dir (/var/lib/vllm/models) has 2.0 GiB free, model qwen needs 6.6 GiB: "
+        "free space or point vllm_fleet_model_dir at a larger disk")
 
 
 def test_subdirs_lists_parents_first() -> None:

@@ -13,6 +13,7 @@ import importlib.metadata
 import pprint
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "lib"))
@@ -44,6 +45,14 @@ def serve_parser() -> argparse.ArgumentParser:
     return make_arg_parser(FlexibleArgumentParser())
 
 
+def table_source(table: dict[str, Any]) -> str:
+    """Return the module text of a table: pprint's layout, its continuation lines moved under the opening brace after
+    "TABLE = ", as pycodestyle (ansible-test sanity's pep8) wants them."""
+    body = pprint.pformat(table, width=112, sort_dicts=True).replace("\n", "\n" + " " * len("TABLE = "))
+    return (f'"""Engine arguments of {table["release"]}, written by tools/engine_arg_table.py: do not edit."""\n\n'
+            f"TABLE = {body}\n")
+
+
 def main() -> int:
     """Build the table of the installed release and write it as a module of lib/vllm_fleet/arg_tables."""
     options = argparse.ArgumentParser(description=__doc__)
@@ -55,8 +64,7 @@ def main() -> int:
         stand_in_cpu_platform()
     table = table_from_parser(serve_parser(), f"{DISTRIBUTION[flavour]} {version}")
     out = REPO / "lib" / "vllm_fleet" / "arg_tables" / f"{table_module(flavour, version)}.py"
-    out.write_text(f'"""Engine arguments of {table["release"]}, written by tools/engine_arg_table.py: do not edit."""\n\n'
-                   f"TABLE = {pprint.pformat(table, width=120, sort_dicts=True)}\n")
+    out.write_text(table_source(table))
     print(f"{out.relative_to(REPO)}: {len(table['args'])} arguments of {table['release']}")
     return 0
 

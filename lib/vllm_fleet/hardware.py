@@ -147,7 +147,7 @@ def parallel_findings(host: str, scene: dict[str, Any], plan: dict[str, Any],
                                 f"{heads} attention heads ({kv_heads} KV heads) evenly over its ranks: use a "
                                 f"tensor_parallel_size of {', '.join(valid[:-1])} or {valid[-1]}"))
     cards = [(index, gpus[index].get("name")) for index in scene["gpus"] if index in gpus]
-    if len({name for _, name in cards}) > 1:
+    if len({name for _index, name in cards}) > 1:
         listed = " and ".join(f"GPU {index} ({name})" for index, name in cards)
         findings.append((ERROR, f"{_scene_var(host, scene)}.gpus: {listed} differ: tensor parallel runs every rank "
                                 "at the slower card's pace within the smaller card's memory: give the scene cards of "

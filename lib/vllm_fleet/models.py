@@ -193,7 +193,11 @@ def _source_problems(model: Model, index: int, texts: dict[str, Optional[str]],
                      found: dict[str, Optional[list[FileEntry]]]) -> list[str]:
     """Problems of the keys that depend on the model's source."""
     source = model["source"]
-    where = lambda key: _where(model, index, key)  # noqa: E731
+
+    def where(key: str) -> str:
+        """Name one key of this model."""
+        return _where(model, index, key)
+
     problems = []
     if "files" in model and "manifest" in model:
         problems.append(f"{where('files')}: give either files or manifest, not both")
@@ -288,7 +292,7 @@ def wanted(models: list[Model], manifest_texts: dict[str, Optional[str]],
     out = []
     for index, model in enumerate(models):
         source = model["source"]
-        declared, _ = _declared_files(model, manifest_texts, index)
+        declared = _declared_files(model, manifest_texts, index)[0]
         files: Optional[list[FileEntry]] = _normalised(declared) if declared is not None else None
         if source == "hf":
             origin = {"repo": model["repo"], "revision": model["revision"], "include": list(model.get("include", []))}
@@ -362,7 +366,7 @@ def state(model: Model, installed_marker: Optional[dict[str, Any]], installed: l
 
 def plan(models: list[Model], model_dir: str, found: list[dict[str, Any]],
          markers: list[dict[str, Any]]) -> list[Model]:
-    """The models to fetch, each with a reason, from one find over vllm_model_dir and the slurped markers."""
+    """The models to fetch, each with a reason, from one find over vllm_fleet_model_dir and the slurped markers."""
     model_dir = model_dir.rstrip("/")
     by_marker = {posixpath.basename(posixpath.dirname(str(r.get("item", "")))): _decode(r) for r in markers}
     todo = []
@@ -376,7 +380,7 @@ def plan(models: list[Model], model_dir: str, found: list[dict[str, Any]],
 
 
 def marker_paths(model_dir: str, found: list[dict[str, Any]]) -> list[str]:
-    """The marker files among a find over vllm_model_dir (one per installed model directory)."""
+    """The marker files among a find over vllm_fleet_model_dir (one per installed model directory)."""
     model_dir = model_dir.rstrip("/")
     return sorted(str(f["path"]) for f in found
                   if posixpath.basename(str(f["path"])) == MARKER
@@ -405,8 +409,8 @@ def space_problem(host: str, model_dir: str, model: Model, df_stdout: str) -> st
     if free >= needed:
         return ""
     tenths = 1024**3 / 10  # free rounded down, needed rounded up: the message never understates the gap
-    return (f"{host}: vllm_model_dir ({model_dir}) has {math.floor(free / tenths) / 10:.1f} GiB free, model "
-            f"{model['name']} needs {math.ceil(needed / tenths) / 10:.1f} GiB: free space or point vllm_model_dir "
+    return (f"{host}: vllm_fleet_model_dir ({model_dir}) has {math.floor(free / tenths) / 10:.1f} GiB free, model "
+            f"{model['name']} needs {math.ceil(needed / tenths) / 10:.1f} GiB: free space or point vllm_fleet_model_dir "
             "at a larger disk")
 
 

@@ -195,7 +195,7 @@ def hub_config_urls(scenes: list[dict[str, Any]], model_list: list[dict[str, Any
                     user_models: dict[str, dict[str, Any]], endpoint: str) -> list[dict[str, str]]:
     """Return {model, url} of the hub's config.json at the pinned revision for each unknown model from the hub."""
     urls = {m["name"]: f"{endpoint.rstrip('/')}/{m['repo']}/resolve/{m.get('revision') or 'main'}/config.json"
-            for _, m in _unknown_models(scenes, model_list, user_models)
+            for _scene, m in _unknown_models(scenes, model_list, user_models)
             if m.get("source") == "hf" and m.get("repo")}
     return [{"model": name, "url": url} for name, url in urls.items()]
 
@@ -220,7 +220,7 @@ def config_paths(scenes: list[dict[str, Any]], model_list: list[dict[str, Any]],
                  user_models: dict[str, dict[str, Any]], fetched: Optional[dict[str, Any]] = None) -> list[str]:
     """Return the config.json paths on the host of the scenes' models that neither catalog, inventory nor the hub
     (fetched: hub_configs) describes."""
-    paths = [f"{s['model_path']}/config.json" for s, _ in _unknown_models(scenes, model_list, user_models)
+    paths = [f"{s['model_path']}/config.json" for s, _model in _unknown_models(scenes, model_list, user_models)
              if not isinstance((fetched or {}).get(s["model"]), dict)]
     return list(dict.fromkeys(paths))
 
@@ -375,7 +375,8 @@ def plan_scene(scene: dict[str, Any], arch: Architecture, cards: Optional[list[C
                   "tensor_parallel_size": tensor_parallel, "attention_heads": arch.heads, "kv_heads": arch.kv_heads,
                   "model_max_len": arch.max_position, "weights_gib": _gib(weights),
                   "weights_measured": arch.measured, "kv_bytes_per_token": int(per_token),
-                  "p2p": None if tensor_parallel < 2 else scene.get("env", {}).get("NCCL_P2P_DISABLE") != "1"}
+                  "p2p": None if tensor_parallel < 2 else scene.get("env", {}).get("NCCL_P2P_DISABLE") != "1",
+                  "custom_all_reduce": not engine_arg(scene, "disable_custom_all_reduce", False)}
     if on_cpu:
         kv = int((cpu_kv_gib or 0) * GiB)
         plan.update({"device": "cpu", "profile": "cpu", "utilization": None, "budget_gib": None,
@@ -416,9 +417,9 @@ def _cards_for(scene: dict[str, Any], gpus_fact: dict[str, Any], where: str) -> 
 
 
 def plan_host(scenes: list[dict[str, Any]], host: str, gpus_fact: Optional[dict[str, Any]], flavour: str,
-          vllm_version: str, model_list: list[dict[str, Any]], user_models: Optional[dict[str, dict[str, Any]]] = None,
-          slurped: Optional[list[dict[str, Any]]] = None, cpu_env: Optional[dict[str, Any]] = None,
-          fetched: Optional[dict[str, Any]] = None) -> list[Plan]:
+              vllm_version: str, model_list: list[dict[str, Any]],
+              user_models: Optional[dict[str, dict[str, Any]]] = None, slurped: Optional[list[dict[str, Any]]] = None,
+              cpu_env: Optional[dict[str, Any]] = None, fetched: Optional[dict[str, Any]] = None) -> list[Plan]:
     """Plan every resolved scene of a host (fetched: hub_configs); a scene that cannot be planned carries the reason
     in its problem key."""
     host_configs = read_configs(slurped or [])
@@ -473,8 +474,8 @@ def _split_note(plan: Plan) -> str:
     ranks = plan.get("tensor_parallel_size") or 1
     if ranks < 2 or plan.get("problem"):
         return ""
-    talk = ("P2P between the cards" if plan.get("p2p") else
-            "no P2P between the cards: NCCL_P2P_DISABLE=1 and custom all-reduce off")
+    talk = ("P2P between the cards" if plan.get("p2p") else "no P2P between the cards: NCCL_P2P_DISABLE=1")
+    talk += ", custom all-reduce on" if plan.get("custom_all_reduce") else ", custom all-reduce off"
     return (f"; split over {ranks} cards: {_cell(plan.get('weights_gib'))} GiB of weights and "
             f"{_cell(plan.get('kv_cache_gib'))} GiB of KV cache on each; {talk}")
 
@@ -482,10 +483,10 @@ def _split_note(plan: Plan) -> str:
 def plan_table(plans: list[Plan]) -> str:
     """Render one host's plans as an aligned Markdown table within 120 columns, each scene's model and KV shape
     below it, and a legend."""
-    header = [title for _, title in TABLE_COLUMNS]
+    header = [title for _key, title in TABLE_COLUMNS]
     # The column says GPUs, so a device "GPU 0 <name>" is "0 <name>" in it.
     rows = [[plan["scene"], f"no plan: {plan['problem']}"] if plan.get("problem")
-            else [_cell(plan.get(key)).replace("GPU ", "") for key, _ in TABLE_COLUMNS] for plan in plans]
+            else [_cell(plan.get(key)).replace("GPU ", "") for key, _title in TABLE_COLUMNS] for plan in plans]
     # A scene without a plan has its reason in the GPUs column; it does not widen the columns of the others.
     widths = [max(len(row[i]) for row in [header] + rows if len(row) == len(header)) for i in range(len(header))]
 
@@ -493,8 +494,9 @@ def plan_table(plans: list[Plan]) -> str:
         """Join one row's cells, padded to the column widths."""
         return "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"
 
-    shapes = [f"{plan['scene']}: model {plan['model']}" + ("" if plan.get("problem") else
-              f", {_cell(plan.get('kv_bytes_per_token'))} B of KV per token, {_cell(plan.get('kv_blocks'))} blocks"
-              + _split_note(plan)) for plan in plans]
+    shapes = [f"{plan['scene']}: model {plan['model']}" + (
+        "" if plan.get("problem") else
+        f", {_cell(plan.get('kv_bytes_per_token'))} B of KV per token, {_cell(plan.get('kv_blocks'))} blocks"
+        + _split_note(plan)) for plan in plans]
     return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|"] + [line(r) for r in rows]
                      + shapes + [TABLE_LEGEND])

@@ -64,7 +64,7 @@ def resolve_scene(scene: Scene, presets: dict[str, Scene], models: dict[str, dic
         raise SceneError(f"{where}: no preset {preset_name!r}; set preset to one of {sorted(presets)} "
                          "or add it to vllm_scenes_custom_presets")
     preset = presets[preset_name]
-    host, _, list_var = var.rpartition(": ")
+    host, _colon, list_var = var.rpartition(": ")
     preset_var = f"{host + ': ' if host else ''}vllm_scenes_custom_presets.{preset_name}"
     _refuse_unknown_keys(f"{preset_var} (the preset of {list_var}[name={name}])", preset)
     for layer, label in ((scene, where), (preset, preset_var)):
@@ -207,22 +207,34 @@ def peer_to_peer(gpus_fact: dict[str, Any] | None, indexes: list[int]) -> bool |
     return None if None in profiles else all(p.p2p for p in profiles if p)
 
 
-# Set on a tensor-parallel scene whose cards cannot reach each other directly: NCCL then copies through host memory
-# instead of hanging or corrupting (consumer cards over PCIe), and vLLM's custom all-reduce, which needs P2P, is off.
+# A tensor-parallel scene whose cards cannot reach each other directly copies through host memory (NCCL hangs or
+# corrupts data on such PCIe rigs otherwise). vLLM's custom all-reduce needs P2P, and on GeForce cards whose P2P a
+# patched driver turned on it returned wrong data in one field report and reset the machine in another: it is off on
+# those too, while NCCL keeps P2P.
 NO_P2P_ENV = {"NCCL_P2P_DISABLE": "1"}
-NO_P2P_ARGS = {"disable-custom-all-reduce": True}
+NO_CUSTOM_ALL_REDUCE = {"disable-custom-all-reduce": True}
+
+
+def _geforce(gpus_fact: dict[str, Any] | None, indexes: list[int]) -> bool:
+    """Tell whether any of the GPUs is a consumer (GeForce) card of the registry."""
+    by_index = {g.get("index"): g for g in (gpus_fact or {}).get("gpus") or []}
+    profiles = [cards.profile_of(by_index[i]) for i in indexes if i in by_index]
+    return any(p is not None and p.consumer for p in profiles)
 
 
 def apply_gpu_settings(scenes: list[Scene], gpus_fact: dict[str, Any] | None) -> list[Scene]:
-    """Give each scene over several GPUs without peer-to-peer (or not known to have it) the settings that run it;
-    a value the scene sets itself wins."""
+    """Give each scene over several GPUs the settings that run it: NCCL_P2P_DISABLE=1 without peer-to-peer (or where
+    it is not known), custom all-reduce off without P2P or on GeForce cards; a value the scene sets itself wins."""
     applied = []
     for scene in scenes:
-        if len(scene["gpus"]) < 2 or peer_to_peer(gpus_fact, scene["gpus"]):
+        if len(scene["gpus"]) < 2:
             applied.append(scene)
             continue
-        applied.append({**scene, "env": {**NO_P2P_ENV, **scene["env"]},
-                        "engine_args": {**NO_P2P_ARGS, **scene["engine_args"]}})
+        p2p = peer_to_peer(gpus_fact, scene["gpus"])
+        env = scene["env"] if p2p else {**NO_P2P_ENV, **scene["env"]}
+        args = (scene["engine_args"] if p2p and not _geforce(gpus_fact, scene["gpus"])
+                else {**NO_CUSTOM_ALL_REDUCE, **scene["engine_args"]})
+        applied.append({**scene, "env": env, "engine_args": args})
     return applied
 
 

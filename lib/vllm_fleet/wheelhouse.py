@@ -30,7 +30,7 @@ def report_sha256(archive_info: Mapping[str, Any]) -> str:
     hashes = archive_info.get("hashes") or {}
     if "sha256" in hashes:
         return str(hashes["sha256"])
-    algorithm, _, digest = str(archive_info.get("hash", "")).partition("=")
+    algorithm, _equals, digest = str(archive_info.get("hash", "")).partition("=")
     if algorithm != "sha256" or not digest:
         raise ValueError(f"no sha256 in {archive_info}")
     return digest

@@ -1,3 +1,4 @@
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt): plugins run inside ansible-core.
 """Ansible's default screen output, with the kit's refusals printed once, on their own lines."""
 
 from __future__ import annotations

@@ -4,19 +4,27 @@ rules, verification, rollouts, in-sync checks, wheelhouse locks, compile-cache b
 from __future__ import annotations
 
 import base64
-
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
+from ansible.errors import AnsibleFilterError
 
-from ansible.errors import AnsibleFilterError  # noqa: E402
-
-from vllm_fleet import (  # noqa: E402
-    FleetError, cards, compile_cache, gateway, hardware, in_sync, models, planner, rollout, scenes, vault, verify,
-    wheelhouse,
-)
+# The logic is the package lib/vllm_fleet, which the tools and tests import too. From the repo (ansible.cfg's
+# filter_plugins, tests/conftest.py) Ansible loads this file by its path, outside any package of the kit, so lib/ goes
+# on sys.path. In a collection (tools/sanity.py assembles one for ansible-test) the package is
+# plugins/plugin_utils/vllm_fleet, beside this plugin's package: a relative import finds it and sys.path stays as it is.
+if __name__.startswith("ansible_collections."):
+    from ..plugin_utils.vllm_fleet import (
+        FleetError, cards, compile_cache, driver, gateway, hardware, in_sync, models, planner, rollout, scenes, vault,
+        verify, wheelhouse,
+    )
+else:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
+    from vllm_fleet import (
+        FleetError, cards, compile_cache, driver, gateway, hardware, in_sync, models, planner, rollout, scenes, vault,
+        verify, wheelhouse,
+    )
 
 
 def kit_digest(kit_root: str) -> str:
@@ -43,7 +51,7 @@ def presets(custom: dict[str, Any]) -> dict[str, Any]:
     return {**cards.presets(), **(custom or {})}
 
 
-def card_matchers(_: Any = None) -> dict[str, Any]:
+def card_matchers(_ignored: Any = None) -> dict[str, Any]:
     """Return the registry's names, PCI ids and compute capability per GPU profile, for vllm_fleet_gpu_facts."""
     return cards.matchers()
 
@@ -69,6 +77,7 @@ class FilterModule:
             "vllm_fleet_presets": presets,
             "vllm_fleet_card_matchers": card_matchers,
             "vllm_fleet_driver_floor": _guarded(cards.driver_branch_for_cuda),
+            "vllm_fleet_driver_plan": driver.host_plan,
             "vllm_fleet_resolve_scenes": _guarded(scenes.resolve_scenes),
             "vllm_fleet_scenes_problem": scenes.resolve_problem,
             "vllm_fleet_apply_memory_budgets": _guarded(scenes.apply_memory_budgets),

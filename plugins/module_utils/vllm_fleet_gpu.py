@@ -18,11 +18,11 @@ LINK_FIELDS = ("index", "pci.device_id", "pcie.link.gen.current", "pcie.link.wid
 LINK_ARGS = ("--query-gpu=" + ",".join(LINK_FIELDS), "--format=csv,noheader,nounits")
 # The peer-to-peer read capability matrix: OK where one GPU can read another's memory directly.
 TOPOLOGY_ARGS = ("topo", "-p2p", "r")
-# nvidia-smi underlines the matrix's header with terminal escapes even when writing to a pipe (seen on an H200, R580).
+# nvidia-smi underlines the matrix's header with terminal escapes even when writing into a pipe (the kit's GPU host).
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 # nvidia-smi's legend for that matrix.
 P2P_CODES = {"X": "self", "OK": "ok", "CNS": "chipset not supported", "GNS": "GPU not supported",
-             "TNS": "topology not supported", "NS": "not supported", "U": "unknown"}
+             "TNS": "topology not supported", "NS": "not supported", "DR": "disabled by regkey", "U": "unknown"}
 # nvidia-smi exits 6 with this text when the driver works but sees no GPU: an answer, not a failure.
 NO_DEVICES = "No devices were found"
 EVIDENCE_ORDER = ("nvidia-smi", "proc", "lspci")
@@ -160,8 +160,8 @@ def _smi_row(line: str, number: int, profiles: Optional[Dict[str, Any]]) -> Tupl
 def parse_query_gpu(text: str, profiles: Optional[Dict[str, Any]] = None) -> Tuple[List[Gpu], Optional[str]]:
     """The GPUs (by index) and driver version in the output of nvidia-smi with NVIDIA_SMI_ARGS."""
     rows = [_smi_row(line, number, profiles) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
-    drivers = [driver for _, driver in rows if driver]
-    return sorted((gpu for gpu, _ in rows), key=lambda gpu: gpu["index"]), (drivers[0] if drivers else None)
+    drivers = [driver for _gpu, driver in rows if driver]
+    return sorted((gpu for gpu, _driver in rows), key=lambda gpu: gpu["index"]), (drivers[0] if drivers else None)
 
 
 def nvidia_smi_listing(result: Optional[CommandResult], profiles: Optional[Dict[str, Any]] = None) -> SmiListing:
@@ -196,7 +196,7 @@ def driver_branch(version: Optional[str]) -> Optional[int]:
 
 def parse_proc_gpu_information(text: str, index: int, profiles: Optional[Dict[str, Any]] = None) -> Gpu:
     """A GPU from /proc/driver/nvidia/gpus/<bus>/information, which names the card but not its memory."""
-    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in text.splitlines())}
+    fields = {key.strip(): value.strip() for key, _colon, value in (line.partition(":") for line in text.splitlines())}
     if not fields.get("Model"):
         raise GpuParseError(f"GPU information has no Model line: {text.strip()[:200]!r}")
     return Gpu(index=index, name=fields["Model"], uuid=fields.get("GPU UUID"), memory_total_mib=None,

@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt): modules run inside ansible-core.
 """Ansible module: share a scene's compiled artefacts between hosts of one platform as checked bundles."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ description:
   - C(publish), on the controller, moves a fetched bundle into the store under its digest, writes its index entry
     last, and keeps at most I(keep) bundles per scene.
 version_added: "0.1.0"
-author: vllm-fleet
+author: vllm-fleet (!UNKNOWN)
 options:
   state:
     description: What to do.
@@ -73,7 +74,11 @@ options:
     description: The zstd command line that packs (C(-c) added) and unpacks (C(-dc) added).
     type: str
     default: zstd -1 -T0
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
@@ -118,7 +123,8 @@ import shutil  # noqa: E402
 from typing import Any, Dict  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.vllm_fleet_compile_cache import (  # noqa: E402
+# Relative: from the repo it is ansible.module_utils.<file> (ansible.cfg's module_utils), in a collection its own.
+from ..module_utils.vllm_fleet_compile_cache import (  # noqa: E402
     BundleError, index, pack, present_parts, publish, read_record, seed, sha256_file, write_record)
 
 REQUIRED = {"probe": ["cache_dir"], "seed": ["archive", "checksum", "cache_dir", "name", "key", "owner", "group"],
@@ -189,7 +195,7 @@ def main() -> None:
         "state": {"type": "str", "required": True, "choices": sorted(REQUIRED)},
         "cache_dir": {"type": "path"}, "scenes": {"type": "list", "elements": "str", "default": []},
         "model_paths": {"type": "list", "elements": "path", "default": []}, "name": {"type": "str"},
-        "key": {"type": "dict"}, "archive": {"type": "path"}, "checksum": {"type": "str", "no_log": False},
+        "key": {"type": "dict", "no_log": False}, "archive": {"type": "path"}, "checksum": {"type": "str", "no_log": False},
         "parts": {"type": "list", "elements": "str", "default": []}, "owner": {"type": "str"},
         "group": {"type": "str"}, "store": {"type": "path"}, "keep": {"type": "int", "default": 3},
         "compress_program": {"type": "str", "default": "zstd -1 -T0"}},

@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt): modules run inside ansible-core.
 """Ansible module: inspect, snapshot or restore what a vllm-fleet host runs (logic in module_utils/vllm_fleet_deployment)."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ description:
   - C(finish) removes the in-progress mark once the run deployed (or restored) the host and proved it healthy.
   - Every file is synced to disk before the snapshot or the mark that names it is in place.
 version_added: "0.1.0"
-author: vllm-fleet
+author: vllm-fleet (!UNKNOWN)
 options:
   state:
     description: What to do.
@@ -65,7 +66,11 @@ options:
     description: Stop removed scenes and reload systemd (false on hosts without systemd).
     type: bool
     default: true
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
@@ -136,7 +141,8 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.vllm_fleet_deployment import Layout, digests, plan_restore, snapshot_name  # noqa: E402
+# Relative: from the repo it is ansible.module_utils.<file> (ansible.cfg's module_utils), in a collection its own.
+from ..module_utils.vllm_fleet_deployment import Layout, digests, plan_restore, snapshot_name  # noqa: E402
 
 MODEL_MARKER = ".vllm-fleet-model.json"
 RELEASE_MARKER = ".vllm-fleet-release.json"

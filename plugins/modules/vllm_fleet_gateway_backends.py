@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt): modules run inside ansible-core.
 """Ansible module: drain one GPU host's scenes at a fleet gateway, or put them back (logic in module_utils)."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ description:
     when they are not up by then.
   - In check mode it reports what it would change and changes nothing.
 version_added: "0.2.0"
-author: vllm-fleet
+author: vllm-fleet (!UNKNOWN)
 options:
   socket:
     description: Path of the gateway's HAProxy stats socket (level admin).
@@ -44,6 +45,24 @@ options:
     default: {}
 """
 
+EXAMPLES = r"""
+- name: Drain gpu1's scenes at the gateway before a rollout restarts them
+  vllm_fleet_gateway_backends:
+    socket: /run/haproxy/admin.sock
+    host: gpu1
+    state: drain
+    timeout: 120
+  delegate_to: gateway1
+
+- name: Put them back, each scene taking up to its max_num_seqs requests at once
+  vllm_fleet_gateway_backends:
+    socket: /run/haproxy/admin.sock
+    host: gpu1
+    state: ready
+    maxconn: {realtime: 16, batch: 64}
+  delegate_to: gateway1
+"""
+
 RETURN = r"""
 servers:
   description: The host's servers, as C(backend/server).
@@ -62,7 +81,8 @@ waited:
 import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.vllm_fleet_haproxy import (  # noqa: E402
+# Relative: from the repo it is ansible.module_utils.<file> (ansible.cfg's module_utils), in a collection its own.
+from ..module_utils.vllm_fleet_haproxy import (  # noqa: E402
     ask, commands, host_servers, in_flight, maxconn_commands, needs_change, parse_stat, serving,
 )
 

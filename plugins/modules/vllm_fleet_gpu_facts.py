@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt): modules run inside ansible-core.
 """Ansible module: report the NVIDIA GPUs of a host as the vllm_fleet_gpus fact (logic in module_utils/vllm_fleet_gpu)."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ description:
     decides how tensor-parallel scenes talk between cards.
   - Reads only; never changes the host.
 version_added: "0.1.0"
-author: vllm-fleet
+author: vllm-fleet (!UNKNOWN)
 options:
   nvidia_smi_path:
     description:
@@ -43,7 +44,12 @@ options:
       - A card no profile matches, or whose compute capability disagrees with its profile's, is C(generic).
     type: dict
     default: {}
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+  - ansible.builtin.action_common_attributes.facts
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
@@ -140,7 +146,8 @@ import subprocess  # noqa: E402
 from typing import List, Optional, Sequence  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.vllm_fleet_gpu import (  # noqa: E402
+# Relative: from the repo it is ansible.module_utils.<file> (ansible.cfg's module_utils), in a collection its own.
+from ..module_utils.vllm_fleet_gpu import (  # noqa: E402
     LINK_ARGS, NVIDIA_SMI_ARGS, TOPOLOGY_ARGS, CommandResult, GpuParseError, gpu_facts,
 )
 

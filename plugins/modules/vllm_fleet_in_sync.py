@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt): modules run inside ansible-core.
 """Ansible module: record what a full converge left on a host, or check that the host still is so (logic in
 module_utils/vllm_fleet_in_sync)."""
 
@@ -14,7 +15,7 @@ description:
   - C(check) compares the host with that record and changes nothing. C(in_sync) is true only when the inputs are
     the same and nothing in the fingerprint changed; C(reason) says what did.
 version_added: "0.1.0"
-author: vllm-fleet
+author: vllm-fleet (!UNKNOWN)
 options:
   state:
     description: Record the host, or check it against the record.
@@ -44,7 +45,11 @@ options:
     type: list
     elements: str
     default: []
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
@@ -82,7 +87,8 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.vllm_fleet_in_sync import Fingerprint, difference, path_entry  # noqa: E402
+# Relative: from the repo it is ansible.module_utils.<file> (ansible.cfg's module_utils), in a collection its own.
+from ..module_utils.vllm_fleet_in_sync import Fingerprint, difference, path_entry  # noqa: E402
 
 NVIDIA = Path("/proc/driver/nvidia")
 

@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt): modules run inside ansible-core.
 """Ansible module: take or release a host's run lock, so two runs never change one host at once (logic in
 module_utils/vllm_fleet_run_lock)."""
 
@@ -12,10 +13,10 @@ description:
     past its expiry, held by a run that has ended (I(holder_ended), judged on the controller against what
     C(inspect) returned) or I(force) is set; otherwise it waits up to I(wait) seconds for the holder to release
     it, then returns I(taken) false and a I(msg) naming the holder. C(release) removes it if this run holds it.
-  - The lock is the run's bookkeeping, not the host's state: taking or releasing it reports no change, so a
+  - The lock is the run's bookkeeping, not the host's state; taking or releasing it reports no change, so a
     converge that changes nothing says so.
 version_added: "0.1.0"
-author: vllm-fleet
+author: vllm-fleet (!UNKNOWN)
 options:
   state:
     description: What to do with the lock.
@@ -49,7 +50,11 @@ options:
     description: Take the lock whoever holds it.
     type: bool
     default: false
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: none
   diff_mode:
@@ -91,7 +96,8 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.vllm_fleet_run_lock import describe, same_run, verdict  # noqa: E402
+# Relative: from the repo it is ansible.module_utils.<file> (ansible.cfg's module_utils), in a collection its own.
+from ..module_utils.vllm_fleet_run_lock import describe, same_run, verdict  # noqa: E402
 
 
 def read_lock(path: Path) -> dict[str, Any] | None:

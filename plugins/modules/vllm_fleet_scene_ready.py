@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt): modules run inside ansible-core.
 """Ansible module: wait until vLLM scenes answer /health, failing at once when one crashes (logic in module_utils)."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ description:
   - In check mode nothing was started or restarted, so the module waits for nothing and reports itself skipped.
   - Reads only; never changes the host.
 version_added: "0.1.0"
-author: vllm-fleet
+author: vllm-fleet (!UNKNOWN)
 options:
   scenes:
     description: The scenes to wait for.
@@ -57,7 +58,11 @@ options:
     description: How many of the crashed invocation's last journal lines to return in C(journal).
     type: int
     default: 20
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
@@ -145,7 +150,8 @@ import urllib.request  # noqa: E402
 from typing import Any, Callable, Dict, List, Optional, Tuple  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.vllm_fleet_ready import (  # noqa: E402
+# Relative: from the repo it is ansible.module_utils.<file> (ansible.cfg's module_utils), in a collection its own.
+from ..module_utils.vllm_fleet_ready import (  # noqa: E402
     REASON_SCAN_LINES, UNIT_PROPERTIES, HealthProbe, SceneSpec, UnitReader, UnitReadError, WaitOutcome,
     crash_message, journal_selectors, param_problem, parse_systemctl_show, pick_journal, timeout_message,
     wait_for_scenes)
@@ -207,7 +213,8 @@ def journal_reader(journalctl: Optional[str]) -> JournalReader:
 def _crash_result(outcome: WaitOutcome, read_journal: JournalReader, journal_lines: int) -> Dict[str, Any]:
     """The failure of a crashed scene, with the journal of the invocation that died."""
     crash = outcome.crash
-    assert crash is not None
+    if crash is None:  # callers pass only a crashed outcome; not an assert, which python -O drops
+        raise AssertionError("no crash to report")
     # A generator: the unit's whole journal is read only when no crashed invocation's own journal names the error.
     journal, reason = pick_journal((read_journal(selector) for selector in journal_selectors(crash)), journal_lines)
     return {"failed": True, "changed": False, "msg": crash_message(crash, reason), "scene": crash.scene,

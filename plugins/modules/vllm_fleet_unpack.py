@@ -1,4 +1,5 @@
 #!/usr/bin/python
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt): modules run inside ansible-core.
 """Ansible module: download a compressed tar archive into a private directory, check its SHA-256, then unpack it."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ description:
   - Fails when the download fails, the digest is not I(checksum) (nothing is unpacked) or tar fails; I(dest) is then
     left as it was and the private directory is removed.
 version_added: "0.1.0"
-author: vllm-fleet
+author: vllm-fleet (!UNKNOWN)
 options:
   url:
     description: HTTP(S) URL of the archive; a user and password in it are never shown.
@@ -35,7 +36,11 @@ options:
     description: Seconds to wait for the server to connect or send more data.
     type: int
     default: 60
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:

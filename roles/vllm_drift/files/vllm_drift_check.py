@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 # Installed by the vllm_drift role; run by vllm-drift.service. Python 3.11 standard library only.
 """Check this host for drift: ansible-pull the fleet repo at a pinned ref in check mode, write a status, log a line.
 
