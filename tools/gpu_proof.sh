@@ -2,6 +2,9 @@
 # The real-GPU proof of the cuda flavour (docs/gpu-proof.md), one step per call on the GPU host, from the repo root:
 #   facts                     the GPU facts module on this host, named by the hardware registry, and the raw
 #                             nvidia-smi link query, P2P matrix and topology it reads (test data for tests/data/nvidia)
+#   per-gpu                   as converge, with one scene per card (gpus: all, inventory/extra-vars/gpu-proof-per-gpu.yml):
+#                             site.yml renders realtime-gpu0's unit (DeviceAllow of its own card), which starts cold
+#   per-gpu-serve             realtime-gpu0: wait for it, its unit and vLLM's lines, plan and verify at 16
 #   receive DIR               keep one carried chunk-NN of the offline wheelhouse (tools/offline_wheelhouse.py) on the host
 #   converge [EXTRA...]       reassemble the wheelhouse, write the random 7B AWQ model, site.yml, plan, start realtime
 #                             cold (EXTRA: ansible-playbook arguments, e.g. -e @inventory/extra-vars/FILE.yml)
@@ -26,6 +29,7 @@ WHEELS=/root/gpu-wheels
 MODEL=/root/models/qwen2.5-7b-awq-random
 INVENTORY=(-i inventory/gpu-proof)
 BATCH=(-e @inventory/extra-vars/gpu-proof-batch.yml)
+PER_GPU=(-e @inventory/extra-vars/gpu-proof-per-gpu.yml)
 export LC_ALL=C.UTF-8 ANSIBLE_CACHE_PLUGIN=ansible.builtin.memory ANSIBLE_NOCOLOR=1 PYTHONUNBUFFERED=1
 mkdir -p "$OUT" "$STATE"
 
@@ -218,9 +222,29 @@ PY
     nvidia-smi topo -p2p r >"$STATE/topo-p2p-r.txt" 2>&1
     nvidia-smi topo -m >"$STATE/topo-m.txt" 2>&1
     timed facts ansible "${INVENTORY[@]}" gpu_hosts -m vllm_fleet_gpu_facts -a 'profiles={{ {} | vllm_fleet_card_matchers }}'
-    timed plan-facts ansible-playbook "${INVENTORY[@]}" playbooks/plan.yml -e @inventory/extra-vars/gpu-proof-per-gpu.yml
+    timed plan-facts ansible-playbook "${INVENTORY[@]}" playbooks/plan.yml "${PER_GPU[@]}"
     cat "$STATE/smi-links.csv" "$STATE/topo-p2p-r.txt" "$STATE/topo-m.txt" "$STATE/facts.log"
     pack facts
+    ;;
+  per-gpu)
+    ansible_tools
+    if [ -d "$WHEELS.parts" ]; then
+      sh "$WHEELS.parts/chunk-00/reassemble.sh" "$WHEELS" >"$STATE/reassemble.log" 2>&1 || { tail "$STATE/reassemble.log"; exit 1; }
+      rm -rf "$WHEELS.parts"
+    fi
+    [ -d "$MODEL" ] || timed model python3 tools/make_random_awq.py --out "$MODEL" --name qwen2.5-7b-awq-random
+    timed site-per-gpu ansible-playbook "${INVENTORY[@]}" site.yml --skip-tags host_metrics,verify "${PER_GPU[@]}"
+    cp /etc/systemd/system/vllm-scene-realtime-gpu0.service "$STATE/" 2>>"$STATE/summary.txt"
+    start_scene realtime-gpu0
+    pack per-gpu
+    ;;
+  per-gpu-serve)
+    ansible_tools
+    wait_healthy realtime-gpu0 8000 cold && engine_lines realtime-gpu0
+    grep -E "^(DevicePolicy|DeviceAllow|Environment=\"CUDA)" "$STATE/vllm-scene-realtime-gpu0.service" >>"$STATE/summary.txt"
+    timed verify-per-gpu verify per-gpu "${PER_GPU[@]}"
+    stop_scene realtime-gpu0
+    pack per-gpu-serve
     ;;
   receive)
     mkdir -p "$WHEELS.parts" && cp -r "$2" "$WHEELS.parts/" && du -sh "$WHEELS.parts"
