@@ -48,9 +48,9 @@ def render(tmp_path: Path, scenes: list[dict[str, Any]]) -> tuple[dict[str, str]
     (tmp_path / "extra.json").write_text(json.dumps(extra))
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.memory",
            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp")}
-    run = subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,", str(PLAYBOOK),
-                          "-e", f"@{tmp_path / 'extra.json'}"], cwd=REPO, env=env, text=True, capture_output=True,
-                         timeout=300, check=False)
+    argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(PLAYBOOK),
+            "-e", "render_hosts=localhost", "-e", f"@{tmp_path / 'extra.json'}"]
+    run = subprocess.run(argv, cwd=REPO, env=env, text=True, capture_output=True, timeout=300, check=False)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     units = {p.name.removeprefix("vllm-scene-").removesuffix(".service"): p.read_text() for p in out.glob("*.service")}
     return units, json.loads((out / "scenes.json").read_text())
