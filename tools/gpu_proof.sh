@@ -38,6 +38,12 @@ ansible_tools() {  # ansible-core from the carried wheels (.whl), for this shell
   export PYTHONPATH=/tmp/site PATH=/tmp/site/bin:$PATH
 }
 
+reassemble_wheels() {  # the carried chunks into the wheelhouse, once, checked by sha256
+  [ -d "$WHEELS.parts" ] || return 0
+  sh "$WHEELS.parts/chunk-00/reassemble.sh" "$WHEELS" >"$STATE/reassemble.log" 2>&1 || { tail "$STATE/reassemble.log"; return 1; }
+  rm -rf "$WHEELS.parts"
+}
+
 now() { date +%s.%N; }
 since() { python3 -c "import sys; print(round($(now) - float(sys.argv[1]), 1))" "$1"; }
 
@@ -228,10 +234,7 @@ PY
     ;;
   per-gpu)
     ansible_tools
-    if [ -d "$WHEELS.parts" ]; then
-      sh "$WHEELS.parts/chunk-00/reassemble.sh" "$WHEELS" >"$STATE/reassemble.log" 2>&1 || { tail "$STATE/reassemble.log"; exit 1; }
-      rm -rf "$WHEELS.parts"
-    fi
+    reassemble_wheels || exit 1
     [ -d "$MODEL" ] || timed model python3 tools/make_random_awq.py --out "$MODEL" --name qwen2.5-7b-awq-random
     timed site-per-gpu ansible-playbook "${INVENTORY[@]}" site.yml --skip-tags host_metrics,verify "${PER_GPU[@]}"
     cp /etc/systemd/system/vllm-scene-realtime-gpu0.service "$STATE/" 2>>"$STATE/summary.txt"
@@ -251,10 +254,7 @@ PY
     ;;
   converge)
     ansible_tools
-    if [ -d "$WHEELS.parts" ]; then
-      sh "$WHEELS.parts/chunk-00/reassemble.sh" "$WHEELS" >"$STATE/reassemble.log" 2>&1 || { tail "$STATE/reassemble.log"; exit 1; }
-      rm -rf "$WHEELS.parts"
-    fi
+    reassemble_wheels || exit 1
     timed model python3 tools/make_random_awq.py --out "$MODEL" --name qwen2.5-7b-awq-random
     timed site-1 ansible-playbook "${INVENTORY[@]}" site.yml --skip-tags host_metrics,verify "${@:2}"
     timed plan-realtime ansible-playbook "${INVENTORY[@]}" playbooks/plan.yml "${@:2}"

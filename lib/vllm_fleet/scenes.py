@@ -202,9 +202,14 @@ def peer_to_peer(gpus_fact: dict[str, Any] | None, indexes: list[int]) -> bool |
         pairs = [(a, b) for a in indexes for b in indexes if a != b]
         if all(a < len(matrix) and b < len(matrix) for a, b in pairs):
             return all(matrix[a][b] == "OK" for a, b in pairs)
-    by_index = {g.get("index"): g for g in (gpus_fact or {}).get("gpus") or []}
-    profiles = [cards.profile_of(by_index[i]) if i in by_index else None for i in indexes]
+    profiles = _profiles(gpus_fact, indexes)
     return None if None in profiles else all(p.p2p for p in profiles if p)
+
+
+def _profiles(gpus_fact: dict[str, Any] | None, indexes: list[int]) -> list[cards.Profile | None]:
+    """Return the registry's profile of each GPU index (None for a card it does not know or the host lacks)."""
+    by_index = {g.get("index"): g for g in (gpus_fact or {}).get("gpus") or []}
+    return [cards.profile_of(by_index[i]) if i in by_index else None for i in indexes]
 
 
 # A tensor-parallel scene whose cards cannot reach each other directly copies through host memory (NCCL hangs or
@@ -217,9 +222,7 @@ NO_CUSTOM_ALL_REDUCE = {"disable-custom-all-reduce": True}
 
 def _geforce(gpus_fact: dict[str, Any] | None, indexes: list[int]) -> bool:
     """Tell whether any of the GPUs is a consumer (GeForce) card of the registry."""
-    by_index = {g.get("index"): g for g in (gpus_fact or {}).get("gpus") or []}
-    profiles = [cards.profile_of(by_index[i]) for i in indexes if i in by_index]
-    return any(p is not None and p.consumer for p in profiles)
+    return any(p is not None and p.consumer for p in _profiles(gpus_fact, indexes))
 
 
 def apply_gpu_settings(scenes: list[Scene], gpus_fact: dict[str, Any] | None) -> list[Scene]:
