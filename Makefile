@@ -13,9 +13,9 @@ LAB_WWW := /var/lib/vllm-fleet-lab/www
 # the rollouts under load through it) is the longest and has lane 1 to itself; it builds the wheelhouse, packs the
 # release and publishes the compile-cache bundles the others start from. Lane 2 runs at MOLECULE_NICE, on the cores
 # default leaves idle: first the scenarios that serve no vLLM, then vllm_scenes (one host: the release default has
-# packed, the tiny model, scenes that start from default's bundles) and nvidia_driver (no vLLM). Each scenario is in
-# exactly one lane (a test checks).
-MOLECULE_LANES ?= default vllm_model,vllm_drift,node_exporter,vllm_scenes,nvidia_driver
+# packed, the tiny model, scenes that start from default's bundles), nvidia_driver (no vLLM) and vllm_monitoring (a
+# GPU host and a gateway that monitors it, from the same bundles). Each scenario is in exactly one lane (a test checks).
+MOLECULE_LANES ?= default vllm_model,vllm_drift,node_exporter,vllm_scenes,nvidia_driver,vllm_monitoring
 MOLECULE_NICE ?= 10
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)

@@ -103,3 +103,10 @@ def test_inventory_groups_and_strict_host_keys() -> None:
     assert lab2["ansible_host"] == "10.213.2.2"
     assert lab2["ansible_ssh_private_key_file"] == "/s/id"
     assert "StrictHostKeyChecking=yes" in lab2["ansible_ssh_common_args"]
+    assert inventory["monitoring"] == {"hosts": []}
+
+
+def test_the_gateways_monitor_the_lab_when_asked() -> None:
+    """With monitoring, the gateway hosts are in group monitoring too, and no GPU host is."""
+    inventory = plan.ansible_inventory(plan.host_plan("lab", 1, 2, gateways=1), "/s/id", "/s/known_hosts", True)
+    assert inventory["monitoring"] == {"hosts": ["lab3"]}

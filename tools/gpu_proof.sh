@@ -2,6 +2,9 @@
 # The real-GPU proof of the cuda flavour (docs/gpu-proof.md), one step per call on the GPU host, from the repo root:
 #   facts                     the GPU facts module on this host, named by the hardware registry, and the raw
 #                             nvidia-smi link query, P2P matrix and topology it reads (test data for tests/data/nvidia)
+#   metrics                   the kit's textfile collector (lib/vllm_fleet/host_metrics.py) on this host's real cards,
+#                             with their registry temperature limit and a 0.90 plan: its output (promtool checks it on
+#                             the controller), the raw query it makes (test data), and its run time over 5 runs
 #   per-gpu                   as converge, with one scene per card (gpus: all, inventory/extra-vars/gpu-proof-per-gpu.yml):
 #                             site.yml renders realtime-gpu0's unit (DeviceAllow of its own card), which starts cold
 #   per-gpu-serve             realtime-gpu0: wait for it, its unit and vLLM's lines, plan and verify at 16
@@ -231,6 +234,30 @@ PY
     timed plan-facts ansible-playbook "${INVENTORY[@]}" playbooks/plan.yml "${PER_GPU[@]}"
     cat "$STATE/smi-links.csv" "$STATE/topo-p2p-r.txt" "$STATE/topo-m.txt" "$STATE/facts.log"
     pack facts
+    ;;
+  metrics)
+    python3 - "$STATE/host-metrics.json" <<'PY'
+import json, subprocess, sys
+sys.path.insert(0, "lib")
+from vllm_fleet import monitoring
+rows = subprocess.run(["nvidia-smi", "--query-gpu=index,name,memory.total,compute_cap,pci.device_id",
+                       "--format=csv,noheader,nounits"], capture_output=True, text=True, check=True).stdout
+gpus = [{"index": int(i), "name": n.strip(), "memory_total_mib": int(m), "compute_capability": c.strip(),
+         "pci_id": p.strip().lower()} for i, n, m, c, p in (r.split(",") for r in rows.strip().splitlines())]
+limits = monitoring.gpu_limits({"gpus": gpus}, [{"gpus": [g["index"] for g in gpus], "engine_args": {}}])
+json.dump({"nvidia_smi": "nvidia-smi", "gpus": limits}, open(sys.argv[1], "w"), indent=2)
+PY
+    cat "$STATE/host-metrics.json"
+    nvidia-smi "--query-gpu=$(python3 -c 'import sys; sys.path.insert(0, "lib/vllm_fleet"); import host_metrics; print(",".join(host_metrics.QUERY_FIELDS))')" \
+      --format=csv,noheader,nounits >"$STATE/metrics-query.csv" 2>&1
+    for run in 1 2 3 4 5; do
+      start=$(now)
+      python3 -I lib/vllm_fleet/host_metrics.py --config "$STATE/host-metrics.json" --out "$STATE/vllm_fleet.prom"
+      echo "run $run: rc $? in $(since "$start") s" | tee -a "$STATE/summary.txt"
+    done
+    cp "$STATE/vllm_fleet.prom" "$STATE/metrics-query.csv" "$STATE/host-metrics.json" "$OUT/"
+    cat "$STATE/metrics-query.csv" "$STATE/vllm_fleet.prom"
+    pack metrics
     ;;
   per-gpu)
     ansible_tools

@@ -193,6 +193,13 @@ def scene_report(host: str, scene: dict[str, Any], profile: str, checks: list[di
     }
 
 
+def verdict_record(report: dict[str, Any], scene: dict[str, Any], checked_at: float) -> dict[str, Any]:
+    """Return what a host keeps of a scene's verification for its metrics: verdict, time, SLO targets, max_num_seqs."""
+    return {"scene": report.get("scene"), "passed": report.get("passed") is True, "checked_at": float(checked_at),
+            "targets": dict((report.get("slo") or {}).get("targets") or {}),
+            "max_num_seqs": (scene.get("engine_args") or {}).get("max-num-seqs")}
+
+
 def _cell(text: Any) -> str:
     """Make text safe inside a Markdown table cell."""
     return " ".join(str(text).split()).replace("|", "\\|")

@@ -16,14 +16,14 @@ from ansible.errors import AnsibleFilterError
 # plugins/plugin_utils/vllm_fleet, beside this plugin's package: a relative import finds it and sys.path stays as it is.
 if __name__.startswith("ansible_collections."):
     from ..plugin_utils.vllm_fleet import (
-        FleetError, cards, compile_cache, driver, gateway, hardware, in_sync, models, planner, rollout, scenes, vault,
-        verify, wheelhouse,
+        FleetError, cards, compile_cache, driver, gateway, hardware, in_sync, models, monitoring, planner, rollout, scenes,
+        vault, verify, wheelhouse,
     )
 else:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
     from vllm_fleet import (
-        FleetError, cards, compile_cache, driver, gateway, hardware, in_sync, models, planner, rollout, scenes, vault,
-        verify, wheelhouse,
+        FleetError, cards, compile_cache, driver, gateway, hardware, in_sync, models, monitoring, planner, rollout, scenes,
+        vault, verify, wheelhouse,
     )
 
 
@@ -115,6 +115,13 @@ class FilterModule:
             "vllm_fleet_hardware_problems": _guarded(hardware.problems),
             "vllm_fleet_slo_targets": _guarded(verify.targets_for),
             "vllm_fleet_scene_report": _guarded(verify.scene_report),
+            "vllm_fleet_verdict_record": _guarded(verify.verdict_record),
+            "vllm_fleet_gpu_limits": monitoring.gpu_limits,
+            "vllm_fleet_scrape_targets": monitoring.scrape_targets,
+            "vllm_fleet_prometheus_config": monitoring.prometheus_config,
+            "vllm_fleet_alert_rules": _guarded(monitoring.alert_rules),
+            "vllm_fleet_alertmanager_config": _guarded(monitoring.alertmanager_config),
+            "vllm_fleet_monitoring_problems": monitoring.input_problems,
             "vllm_fleet_scene_checks": _guarded(verify.scene_checks),
             "vllm_fleet_verify_summary": _guarded(verify.summary_markdown),
             "vllm_fleet_state_scenes": rollout.state_scenes,

@@ -53,10 +53,10 @@ class Lab:
         """Return the directory of one host's overlay, log and record."""
         return self.dir / "hosts" / plan.name
 
-    def inventory(self) -> dict[str, object]:
-        """Return the Ansible inventory of this lab's running hosts."""
+    def inventory(self, monitoring: bool = False) -> dict[str, object]:
+        """Return the Ansible inventory of this lab's running hosts (monitoring: its gateways monitor the fleet)."""
         return ansible_inventory([r.plan for r in self.records() if r.running], str(self.key_file),
-                                 str(self.known_hosts))
+                                 str(self.known_hosts), monitoring)
 
 
 def all_labs(state_dir: Path) -> list[Lab]:

@@ -139,8 +139,9 @@ def host_plan(lab: str, first_index: int, count: int, gateways: int = 0) -> list
     ]
 
 
-def ansible_inventory(hosts: list[HostPlan], key_file: str, known_hosts: str) -> dict[str, object]:
-    """Return Ansible's JSON inventory for running lab hosts: group `lab`, and `gpu_hosts` or `gateways` by role."""
+def ansible_inventory(hosts: list[HostPlan], key_file: str, known_hosts: str, monitoring: bool = False) -> dict[str, object]:
+    """Return Ansible's JSON inventory for running lab hosts: group `lab`, and `gpu_hosts` or `gateways` by role; with
+    monitoring, the gateways are the fleet's monitoring hosts too (group `monitoring`)."""
     names = [h.name for h in hosts]
     ssh_args = f"-o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=yes"
     hostvars = {
@@ -155,4 +156,6 @@ def ansible_inventory(hosts: list[HostPlan], key_file: str, known_hosts: str) ->
         for h in hosts
     }
     return {"lab": {"hosts": names}, "gpu_hosts": {"hosts": [h.name for h in hosts if h.role == "gpu"]},
-            "gateways": {"hosts": [h.name for h in hosts if h.role == "gateway"]}, "_meta": {"hostvars": hostvars}}
+            "gateways": {"hosts": [h.name for h in hosts if h.role == "gateway"]},
+            "monitoring": {"hosts": [h.name for h in hosts if h.role == "gateway" and monitoring]},
+            "_meta": {"hostvars": hostvars}}

@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""What Prometheus's scrapes cost a scene: `vllm bench serve` on a lab GPU host against its realtime scene, with the
+monitoring host's Prometheus scraping every 15 s (the scene's /metrics through the ingress, node_exporter and the
+collector's textfile) and with Prometheus stopped, alternately, --runs times each. Prints the medians of TPOT p50 and
+output throughput per mode, their difference and the runs' spread (the noise the difference is read against)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+
+from benchlib import REPO, BenchError, Lab, write_json
+
+LAB = Lab("mmnb", 248)  # indexes 248..249: away from `make lab-up`, molecule and the other benchmarks
+MODEL, TOKENIZER, VLLM = "tiny-qwen2", "/var/lib/vllm/models/tiny-qwen2-awq", "/opt/vllm/current/bin/vllm"
+LOAD = ["--dataset-name=random", "--random-input-len=128", "--random-output-len=32", "--num-prompts=160",
+        "--max-concurrency=16", "--ignore-eos"]
+SETTLE_S = 20  # after Prometheus starts or stops, before the load: scrapes at their steady pace, or none
+
+
+def converge() -> None:
+    """Converge the lab (site.yml without its verification) with Prometheus scraping every 15 s."""
+    done = subprocess.run(LAB.playbook("site.yml", "all", "--skip-tags", "verify", "-e",
+                                       "vllm_monitoring_scrape_interval=15s"),
+                          cwd=REPO, env=LAB.env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise BenchError(f"converge failed:\n{done.stdout[-3000:]}")
+
+
+def bench(seed: int) -> dict[str, float]:
+    """Run vllm bench serve on host 1 against its realtime scene; return TPOT p50 (ms) and output tokens/s."""
+    command = ("set -a; . /etc/vllm/scenes/realtime.env; export OPENAI_API_KEY=\"$VLLM_API_KEY\"; "
+               f"HF_HUB_OFFLINE=1 {VLLM} bench serve --backend=openai-chat --endpoint=/v1/chat/completions "
+               f"--base-url=http://127.0.0.1:8000 --model={MODEL} --tokenizer={TOKENIZER} --request-rate=inf "
+               f"--seed={seed} --percentile-metrics=ttft,tpot --metric-percentiles=50,99 --save-result "
+               f"--result-dir=/root --result-filename=bench.json {' '.join(LOAD)} >/root/bench.log 2>&1 "
+               "&& cat /root/bench.json")
+    result = json.loads(LAB.on_host(1, command))
+    return {"median_tpot_ms": float(result["median_tpot_ms"]), "output_throughput": float(result["output_throughput"])}
+
+
+def scraping(on: bool) -> None:
+    """Start or stop Prometheus on the monitoring host (host 2), and let the scrapes settle."""
+    LAB.on_host(2, f"systemctl {'start' if on else 'stop'} prometheus")
+    time.sleep(SETTLE_S)
+
+
+def verdict(runs: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
+    """Return per figure the median of each mode, the difference of scraping from not (%), and the noise: the larger
+    of each mode's spread (max - min) relative to its median (%)."""
+    out = {}
+    for figure in ("median_tpot_ms", "output_throughput"):
+        values = {mode: [r[figure] for r in listed] for mode, listed in runs.items()}
+        medians = {mode: statistics.median(v) for mode, v in values.items()}
+        noise = max((max(v) - min(v)) / statistics.median(v) * 100 for v in values.values())
+        out[figure] = {"not scraping": medians["off"], "scraping every 15 s": medians["on"],
+                       "difference %": (medians["on"] - medians["off"]) / medians["off"] * 100, "noise %": noise}
+    return out
+
+
+def main() -> int:
+    """Bring up the lab, measure both modes alternately, print the verdict and write the JSON."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--keep", action="store_true", help="leave the lab up")
+    parser.add_argument("--reuse", action="store_true", help="use the lab a --keep run left up")
+    parser.add_argument("--json", help="also write the figures to this file (relative to the repo)")
+    args = parser.parse_args()
+    if not (args.reuse and LAB.exists()):
+        if problem := LAB.cannot_start("monitoring_bench.py"):
+            print(problem, file=sys.stderr)
+            return 1
+        subprocess.run(LAB.tool("up", "--hosts", "1", "--gateways", "1", "--first-index", str(LAB.first_index)),
+                       check=True, capture_output=True)
+    try:
+        converge()
+        bench(0)  # a first load warms the scene's caches for both modes alike
+        runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
+        for run in range(args.runs):
+            for mode in (("on", "off") if run % 2 else ("off", "on")):
+                scraping(mode == "on")
+                runs[mode].append(bench(run + 1))
+                print(f"run {run + 1} {mode}: {runs[mode][-1]}", flush=True)
+        scraping(True)
+        result = verdict(runs)
+        print("| figure | not scraping | scraping every 15 s | difference | noise (max spread of a mode) |")
+        print("|---|---|---|---|---|")
+        for figure, row in result.items():
+            print(f"| {figure} | {row['not scraping']:.2f} | {row['scraping every 15 s']:.2f} | "
+                  f"{row['difference %']:+.1f}% | {row['noise %']:.1f}% |")
+        if args.json:
+            write_json(REPO / args.json, {"runs": runs, "verdict": result})  # type: ignore[arg-type]
+    finally:
+        if not args.keep:
+            subprocess.run(LAB.tool("down"), check=False, capture_output=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
