@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
-"""What Prometheus's scrapes cost a scene: `vllm bench serve` on a lab GPU host against its realtime scene, with the
-monitoring host's Prometheus scraping every 15 s (the scene's /metrics through the ingress, node_exporter and the
-collector's textfile) and with Prometheus stopped, alternately, --runs times each. Prints the medians of TPOT p50 and
-output throughput per mode, their difference and the runs' spread (the noise the difference is read against)."""
+"""What monitoring costs a scene, on a lab of a GPU host and a gateway that monitors it:
+
+1. `vllm bench serve` on the GPU host against its realtime scene, with the monitoring host's Prometheus scraping every
+   15 s (the scene's /metrics through the ingress, node_exporter and the collector's textfile) and with Prometheus
+   stopped, alternately, --runs times each: the medians of TPOT p50 and output throughput per mode, their difference
+   and the runs' spread (the noise the difference is read against);
+2. the scene's journal while it idles, scraped and health-checked by the gateway every second, with the kit's quiet
+   access log (/metrics and /health left out) and with every path logged: bytes and lines per hour."""
 
 from __future__ import annotations
 
@@ -19,13 +23,20 @@ LAB = Lab("mmnb", 248)  # indexes 248..249: away from `make lab-up`, molecule an
 MODEL, TOKENIZER, VLLM = "tiny-qwen2", "/var/lib/vllm/models/tiny-qwen2-awq", "/opt/vllm/current/bin/vllm"
 LOAD = ["--dataset-name=random", "--random-input-len=128", "--random-output-len=32", "--num-prompts=160",
         "--max-concurrency=16", "--ignore-eos"]
+UNIT = "vllm-scene-realtime.service"
+# Every path in the access log: vLLM's own default, which the kit's scenes change.
+LOUD = json.dumps({"vllm_scenes_list": [{"name": "realtime", "api_key_var": "vault_lab_realtime_api_key",
+                                         "engine_args": {"disable-access-log-for-endpoints": "/none"}}]})
 SETTLE_S = 20  # after Prometheus starts or stops, before the load: scrapes at their steady pace, or none
 
 
-def converge() -> None:
+JOURNAL_WINDOW_S = 300
+
+
+def converge(*extra: str) -> None:
     """Converge the lab (site.yml without its verification) with Prometheus scraping every 15 s."""
     done = subprocess.run(LAB.playbook("site.yml", "all", "--skip-tags", "verify", "-e",
-                                       "vllm_monitoring_scrape_interval=15s"),
+                                       "vllm_monitoring_scrape_interval=15s", *extra),
                           cwd=REPO, env=LAB.env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise BenchError(f"converge failed:\n{done.stdout[-3000:]}")
@@ -47,6 +58,14 @@ def scraping(on: bool) -> None:
     """Start or stop Prometheus on the monitoring host (host 2), and let the scrapes settle."""
     LAB.on_host(2, f"systemctl {'start' if on else 'stop'} prometheus")
     time.sleep(SETTLE_S)
+
+
+def journal_rate(window_s: int = JOURNAL_WINDOW_S) -> dict[str, float]:
+    """Return the realtime scene's journal over window_s seconds of idling, per hour: bytes and lines."""
+    time.sleep(window_s)
+    text = LAB.on_host(1, f"journalctl -u {UNIT} --since=-{window_s}s --no-pager -o cat")
+    return {"bytes per hour": len(text.encode()) * 3600 / window_s,
+            "lines per hour": len(text.splitlines()) * 3600 / window_s}
 
 
 def verdict(runs: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, float]]:
@@ -87,13 +106,21 @@ def main() -> int:
                 print(f"run {run + 1} {mode}: {runs[mode][-1]}", flush=True)
         scraping(True)
         result = verdict(runs)
+        quiet = journal_rate()
+        converge("-e", LOUD)
+        time.sleep(SETTLE_S)
+        logs = {"quiet (the kit's)": quiet, "every path logged": journal_rate()}
         print("| figure | not scraping | scraping every 15 s | difference | noise (max spread of a mode) |")
         print("|---|---|---|---|---|")
         for figure, row in result.items():
             print(f"| {figure} | {row['not scraping']:.2f} | {row['scraping every 15 s']:.2f} | "
                   f"{row['difference %']:+.1f}% | {row['noise %']:.1f}% |")
+        print("\n| the scene's journal, idle, scraped every 15 s, health-checked every 1 s | bytes/hour | lines/hour |")
+        print("|---|---:|---:|")
+        for mode, rate in logs.items():
+            print(f"| {mode} | {rate['bytes per hour']:,.0f} | {rate['lines per hour']:,.0f} |")
         if args.json:
-            write_json(REPO / args.json, {"runs": runs, "verdict": result})  # type: ignore[arg-type]
+            write_json(REPO / args.json, {"runs": runs, "verdict": result, "journal": logs})  # type: ignore[arg-type]
     finally:
         if not args.keep:
             subprocess.run(LAB.tool("down"), check=False, capture_output=True)

@@ -31,3 +31,18 @@ def test_window_without_its_tasks_is_an_error() -> None:
 def test_summary_gives_median_min_max() -> None:
     """Medians, not means: one slow run does not move the figure."""
     assert summary([3.0, 1.0, 10.0]) == {"median": 3.0, "min": 1.0, "max": 10.0}
+
+
+def test_scrape_cost_is_the_difference_of_medians_against_the_spread() -> None:
+    """The monitoring benchmark reports each mode's median, their difference and the larger relative spread."""
+    from monitoring_bench import verdict
+    runs = {"off": [{"median_tpot_ms": 10.0, "output_throughput": 100.0},
+                    {"median_tpot_ms": 12.0, "output_throughput": 90.0},
+                    {"median_tpot_ms": 11.0, "output_throughput": 95.0}],
+            "on": [{"median_tpot_ms": 11.0, "output_throughput": 94.0},
+                   {"median_tpot_ms": 11.5, "output_throughput": 96.0},
+                   {"median_tpot_ms": 11.0, "output_throughput": 92.0}]}
+    tpot = verdict(runs)["median_tpot_ms"]
+    assert (tpot["not scraping"], tpot["scraping every 15 s"]) == (11.0, 11.0)
+    assert tpot["difference %"] == 0 and tpot["noise %"] == pytest.approx(2 / 11 * 100)
+    assert verdict(runs)["output_throughput"]["difference %"] == pytest.approx(-1 / 95 * 100)

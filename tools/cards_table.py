@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Write the hardware registry's tables into the docs: the profiles (docs/hardware.md) and the SLO gates (docs/slo.md).
+"""Write the hardware registry's tables into the docs: the profiles (docs/hardware.md), the SLO gates (docs/slo.md) and
+the alert rules that hold scenes and cards to them (docs/monitoring.md).
 
 Run it after changing lib/vllm_fleet/cards.py: `tools/cards_table.py --write`; tests/test_cards.py fails while a doc
 differs from the registry.
@@ -15,7 +16,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "lib"))
 
-from vllm_fleet import cards  # noqa: E402
+from vllm_fleet import cards, monitoring  # noqa: E402
 
 BLOCK = re.compile(r"(<!-- registry:(?P<name>\w+) -->\n).*?(<!-- registry:end -->)", re.S)
 
@@ -51,8 +52,17 @@ def gates_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-TABLES = {"profiles": profiles_table, "gates": gates_table}
-DOCS = [REPO / "docs" / "hardware.md", REPO / "docs" / "slo.md"]
+def alerts_table() -> str:
+    """Return the alert rules (lib/vllm_fleet/monitoring.py) as a Markdown table."""
+    rows = ["| alert | severity | for | fires when (PromQL) |", "|---|---|---|---|"]
+    for name, alert in monitoring.ALERTS.items():
+        expr = alert["expr"].replace("|", "\\|")
+        rows.append(f"| `{name}` | {alert['severity']} | {alert['for']} | `{expr}` |")
+    return "\n".join(rows) + "\n"
+
+
+TABLES = {"profiles": profiles_table, "gates": gates_table, "alerts": alerts_table}
+DOCS = [REPO / "docs" / "hardware.md", REPO / "docs" / "slo.md", REPO / "docs" / "monitoring.md"]
 
 
 def rendered(text: str) -> str:

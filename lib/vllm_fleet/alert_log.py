@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """A webhook receiver for Alertmanager that appends each notification it gets to a file, one JSON document a line.
 
 The lab's receiver (roles/vllm_monitoring, vllm_monitoring_alert_log_enabled): tests read real notifications from the

@@ -179,14 +179,14 @@ PANELS: tuple[Panel, ...] = (
         (f"sum by (user) (vllm_fleet_gateway_key_in_flight{{{NODE}}})", "{{user}}"),), "short", "gateway"),
     Panel("Gateway", "Backend responses/s by code", (
         (summed_rate("haproxy_backend_http_responses_total", GATEWAY, "proxy, code"), "{{proxy}} {{code}}"),),
-          "reqps", "gateway"),
+        "reqps", "gateway"),
     Panel("Gateway", "Backend active servers", (
         (f"max by (proxy) (haproxy_backend_active_servers{{{GATEWAY}}})", "{{proxy}}"),), "short", "gateway",
-          kind="stat", width=6),
+        kind="stat", width=6),
     # HAProxy exports one series per state, 1 on the server's own: its UP series reads 1 (up) or 0.
     Panel("Gateway", "Backend servers up", (
         (f'max by (proxy, server) (haproxy_server_status{{{GATEWAY}, state="UP"}})', "{{proxy}}/{{server}}"),),
-          "short", "gateway", kind="stat", width=6, states=UP_DOWN),
+        "short", "gateway", kind="stat", width=6, states=UP_DOWN),
 
     Panel("Hosts", "Scrape health", (('min by (job, host) (up{host=~"$host"})', "{{host}} {{job}}"),), "short",
           "host", kind="stat", width=8, states=UP_DOWN),
@@ -196,7 +196,7 @@ PANELS: tuple[Panel, ...] = (
           "drift", kind="stat", width=8, text_mode="name"),
     Panel("Hosts", "Verification passed", (
         (f"min by (host, scene) (vllm_fleet_verification_passed{{{NODE}}})", BY_SCENE),), "short", "host",
-          kind="stat", states=((1, "passed", "green"), (0, "failed", "red"))),
+        kind="stat", states=((1, "passed", "green"), (0, "failed", "red"))),
     Panel("Hosts", "Since verification", ((age("vllm_fleet_verification_timestamp_seconds", "host, scene"), BY_SCENE),),
           "s", "host", kind="stat"),
     Panel("Hosts", "Model disk free (/)", ((f'node_filesystem_avail_bytes{{{NODE}, mountpoint="/"}} / '
@@ -221,7 +221,7 @@ def runnable(expr: str) -> str:
 
 def panel_queries() -> list[tuple[str, str, str]]:
     """Return (panel title, runnable expr, needs) for every query of every panel."""
-    return [(p.title, runnable(expr), p.needs) for p in PANELS for expr, _ in p.queries]
+    return [(p.title, runnable(expr), p.needs) for p in PANELS for expr, _legend in p.queries]
 
 
 def target(ref: int, query: Query) -> dict[str, Any]:

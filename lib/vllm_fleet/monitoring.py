@@ -241,8 +241,8 @@ def scrape_targets(scenes_by_host: dict[str, Any], ingress_by_host: dict[str, An
         address = f"{_host_literal(endpoint['address'])}:{int(endpoint['port'])}"
         jobs["node"].append({"targets": [address], "labels": {"host": host, "__metrics_path__": NODE_PATH}})
         for scene in _scene_names(scenes_by_host.get(host)):
-            jobs["vllm"].append({"targets": [address], "labels": {"host": host, "scene": scene,
-                                                                   "__metrics_path__": SCENE_PATH + scene}})
+            labels = {"host": host, "scene": scene, "__metrics_path__": SCENE_PATH + scene}
+            jobs["vllm"].append({"targets": [address], "labels": labels})
     for host, endpoint in sorted(gateway_by_host.items()):
         if not endpoint:
             continue
@@ -251,8 +251,6 @@ def scrape_targets(scenes_by_host: dict[str, Any], ingress_by_host: dict[str, An
         if not (ingress_by_host.get(host) or {}).get("enabled"):
             jobs["node"].append({"targets": [address], "labels": {"host": host, "__metrics_path__": NODE_PATH}})
     return jobs
-
-
 
 
 def prometheus_config(settings: dict[str, Any]) -> dict[str, Any]:
