@@ -273,3 +273,40 @@ def test_gpu_limits_come_from_the_registry_and_the_plan() -> None:
     assert limits["0"]["temperature_limit_celsius"] == cards.known("rtx3090").temperature_limit_c
     assert limits["0"]["planned_memory_bytes"] == 24576 * 1024 * 1024  # 0.5 + vLLM's default 0.9, capped at all
     assert limits["1"] == {"planned_memory_bytes": int(0.3 * 1000 * 1024 * 1024)}
+
+
+def test_prometheus_off_loopback_takes_tls_and_basic_auth(tmp_path: Path) -> None:
+    """Off loopback, Prometheus scrapes itself over TLS with the password file; the web config (a real certificate,
+    the bcrypt hash) passes promtool check web-config, and no password is in either document."""
+    key, cert = tmp_path / "server.key", tmp_path / "server.crt"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-noenc",
+                    "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=mon"], check=True,
+                   capture_output=True)
+    for name in ("ca.pem", "client.crt", "client.key", "web-password"):
+        (tmp_path / name).write_text("")
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(monitoring.alert_rules({}, "/")))
+    config = monitoring.prometheus_config({
+        "host": "mon", "listen": "::1", "tls": True, "web_user": "admin", "password_file": str(tmp_path / "web-password"),
+        "prometheus_port": 9090, "alertmanager_port": 9093, "scrape_interval": "15s", "evaluation_interval": "15s",
+        "rules_file": str(tmp_path / "rules.yml"), "targets_dir": str(tmp_path), "ca_file": str(tmp_path / "ca.pem"),
+        "cert_file": str(tmp_path / "client.crt"), "key_file": str(tmp_path / "client.key")})
+    itself = config["scrape_configs"][0]
+    assert itself["static_configs"][0]["targets"] == ["[::1]:9090"] and itself["scheme"] == "https"
+    assert itself["basic_auth"] == {"username": "admin", "password_file": str(tmp_path / "web-password")}
+    assert config["alerting"]["alertmanagers"][0]["static_configs"][0]["targets"] == ["127.0.0.1:9093"]
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    run = subprocess.run([PROMTOOL, "check", "config", "--syntax-only", str(tmp_path / "prometheus.yml")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    hashed = "$2b$12$" + "a" * 53  # the form of a bcrypt hash
+    web = monitoring.web_config(str(cert), str(key), "admin", hashed)
+    (tmp_path / "web.yml").write_text(yaml.safe_dump(web))
+    run = subprocess.run([PROMTOOL, "check", "web-config", str(tmp_path / "web.yml")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert web["basic_auth_users"] == {"admin": hashed}
+
+
+def test_host_port_brackets_ipv6() -> None:
+    """Listen flags and targets write IPv6 literals in brackets, host names and IPv4 as they are."""
+    assert [monitoring.host_port(a, 9090) for a in ("127.0.0.1", "::", "fd00::2", "mon1")] == [
+        "127.0.0.1:9090", "[::]:9090", "[fd00::2]:9090", "mon1:9090"]

@@ -238,7 +238,7 @@ def scrape_targets(scenes_by_host: dict[str, Any], ingress_by_host: dict[str, An
     for host, endpoint in sorted(ingress_by_host.items()):
         if not (endpoint or {}).get("enabled"):
             continue
-        address = f"{_host_literal(endpoint['address'])}:{int(endpoint['port'])}"
+        address = host_port(endpoint["address"], endpoint["port"])
         jobs["node"].append({"targets": [address], "labels": {"host": host, "__metrics_path__": NODE_PATH}})
         for scene in _scene_names(scenes_by_host.get(host)):
             labels = {"host": host, "scene": scene, "__metrics_path__": SCENE_PATH + scene}
@@ -246,7 +246,7 @@ def scrape_targets(scenes_by_host: dict[str, Any], ingress_by_host: dict[str, An
     for host, endpoint in sorted(gateway_by_host.items()):
         if not endpoint:
             continue
-        address = f"{_host_literal(endpoint['address'])}:{int(endpoint['port'])}"
+        address = host_port(endpoint["address"], endpoint["port"])
         jobs["gateway"].append({"targets": [address], "labels": {"host": host, "__metrics_path__": GATEWAY_PATH}})
         if not (ingress_by_host.get(host) or {}).get("enabled"):
             jobs["node"].append({"targets": [address], "labels": {"host": host, "__metrics_path__": NODE_PATH}})
@@ -254,13 +254,18 @@ def scrape_targets(scenes_by_host: dict[str, Any], ingress_by_host: dict[str, An
 
 
 def prometheus_config(settings: dict[str, Any]) -> dict[str, Any]:
-    """Return prometheus.yml: the intervals, the rules, the local Alertmanager, Prometheus and Alertmanager
-    themselves, and the fleet's jobs from file-based discovery over mutual TLS with the monitoring certificate."""
-    local = settings["listen"]
+    """Return prometheus.yml: the intervals, the rules, the local Alertmanager, Prometheus (over TLS with basic auth
+    when it listens off loopback) and Alertmanager themselves, and the fleet's jobs from file-based discovery over
+    mutual TLS with the monitoring certificate."""
+    alertmanager = host_port("127.0.0.1", settings["alertmanager_port"])
     tls = {"ca_file": settings["ca_file"], "cert_file": settings["cert_file"], "key_file": settings["key_file"]}
-    jobs = [{"job_name": name, "static_configs": [{"targets": [address], "labels": {"host": settings["host"]}}]}
-            for name, address in (("prometheus", f"{local}:{settings['prometheus_port']}"),
-                                  ("alertmanager", f"{local}:{settings['alertmanager_port']}"))]
+    itself: dict[str, Any] = {"job_name": "prometheus", "static_configs": [
+        {"targets": [host_port(settings["listen"], settings["prometheus_port"])], "labels": {"host": settings["host"]}}]}
+    if settings.get("tls"):
+        itself.update(scheme="https", tls_config={"ca_file": settings["ca_file"], "server_name": settings["host"]},
+                      basic_auth={"username": settings["web_user"], "password_file": settings["password_file"]})
+    jobs = [itself, {"job_name": "alertmanager", "static_configs": [
+        {"targets": [alertmanager], "labels": {"host": settings["host"]}}]}]
     jobs += [{"job_name": name, "scheme": "https", "tls_config": tls,
               "file_sd_configs": [{"files": [f"{settings['targets_dir']}/{name}.json"], "refresh_interval": "30s"}]}
              for name in ("vllm", "node", "gateway")]
@@ -268,8 +273,7 @@ def prometheus_config(settings: dict[str, Any]) -> dict[str, Any]:
         "global": {"scrape_interval": settings["scrape_interval"],
                    "evaluation_interval": settings["evaluation_interval"]},
         "rule_files": [settings["rules_file"]],
-        "alerting": {"alertmanagers": [{"static_configs": [
-            {"targets": [f"{local}:{settings['alertmanager_port']}"]}]}]},
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]},
         "scrape_configs": jobs,
     }
 
@@ -293,12 +297,13 @@ def input_problems(settings: dict[str, Any]) -> list[str]:
     return problems + receiver_problems(settings.get("receivers"))
 
 
-def _host_literal(address: str) -> str:
-    """Return an address as a URL's host part: IPv6 literals in brackets."""
+def host_port(address: str, port: Any) -> str:
+    """Return address:port as a URL or a listen flag writes it: IPv6 literals in brackets."""
     try:
-        return f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
+        host = f"[{address}]" if ipaddress.ip_address(address).version == 6 else address
     except ValueError:
-        return address
+        host = address
+    return f"{host}:{int(port)}"
 
 
 def gpu_limits(gpus_fact: dict[str, Any] | None, scenes: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
@@ -320,3 +325,9 @@ def gpu_limits(gpus_fact: dict[str, Any] | None, scenes: list[dict[str, Any]]) -
             entry["planned_memory_bytes"] = int(min(share, 1.0) * total)
         limits[str(index)] = entry
     return limits
+
+
+def web_config(cert_file: str, key_file: str, user: str, password_hash: str) -> dict[str, Any]:
+    """Return Prometheus's --web.config.file document: TLS with the host's certificate, one basic-auth user."""
+    return {"tls_server_config": {"cert_file": cert_file, "key_file": key_file, "min_version": "TLS12"},
+            "basic_auth_users": {user: password_hash}}

@@ -119,6 +119,8 @@ class FilterModule:
             "vllm_fleet_gpu_limits": monitoring.gpu_limits,
             "vllm_fleet_scrape_targets": monitoring.scrape_targets,
             "vllm_fleet_prometheus_config": monitoring.prometheus_config,
+            "vllm_fleet_prometheus_web_config": monitoring.web_config,
+            "vllm_fleet_host_port": monitoring.host_port,
             "vllm_fleet_alert_rules": _guarded(monitoring.alert_rules),
             "vllm_fleet_alertmanager_config": _guarded(monitoring.alertmanager_config),
             "vllm_fleet_monitoring_problems": monitoring.input_problems,

@@ -238,3 +238,33 @@ def test_monitoring_rerun_changes_nothing() -> None:
         assert result.returncode == 0, result.stdout[-3000:]
         recap = [line for line in result.stdout.splitlines() if "changed=" in line]
         assert recap and all("changed=0" in line for line in recap), changed_tasks(result.stdout)
+
+
+def test_prometheus_off_loopback_answers_only_over_tls_with_the_password() -> None:
+    """Listening on every address, Prometheus answers the controller only over TLS (the fleet CA's certificate) and
+    with the password: 401 without it; it still scrapes itself; the password is in no process and only in files of
+    root and group prometheus. (Last: the lab is destroyed after it.)"""
+    result = run_playbook(REPO, LAB, f"{MONITOR},{GPU_HOST}", "playbooks/monitoring.yml",
+                          "-e", "vllm_monitoring_listen_address=0.0.0.0",
+                          "-e", "vllm_monitoring_web_password_var=vault_lab_monitoring_password")
+    assert result.returncode == 0, result.stdout[-3000:]
+    password = lab_secrets(REPO / "inventory/lab/group_vars/monitoring/vault.yml")["vault_lab_monitoring_password"]
+    assert password not in result.stdout
+    url = f"https://{address(MONITOR)}:9090/api/v1/query?query=up"
+    assert curl_from_controller(url).stdout == "401"
+    assert curl_from_controller(url, "-u", f"admin:{password}x").stdout == "401"
+    assert curl_from_controller(url, "-u", f"admin:{password}").stdout == "200"
+    assert curl_from_controller(url.replace("https://", "http://")).stdout != "200"
+
+    def itself_up() -> bool:
+        answer = subprocess.run(["curl", "-sf", "--cacert", str(PKI / "ca.crt"), "-u", f"admin:{password}",
+                                 url.replace("query=up", "query=up%7Bjob%3D%22prometheus%22%7D")],
+                                capture_output=True, text=True).stdout
+        return bool(answer) and [r["value"][1] for r in json.loads(answer)["data"]["result"]] == ["1"]
+    assert wait_for(itself_up, 30)
+    monitor = lab_host(MONITOR)
+    holders = monitor.run("grep -rlF --file=/etc/prometheus/vllm-fleet-tls/web-password /etc /var/lib/prometheus "
+                          "/usr/local /run").stdout.split()
+    assert holders == ["/etc/prometheus/vllm-fleet-tls/web-password"]
+    assert monitor.file(holders[0]).mode == 0o640 and monitor.file(holders[0]).group == "prometheus"
+    assert password not in monitor.check_output("ps -eo args")
