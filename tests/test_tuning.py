@@ -1,0 +1,127 @@
+"""SLO-driven tuning's pure logic: the sweep's levels, each step's share within the SLO and goodput, the early stop,
+the knee, the winner among candidates (and "no setting meets the SLO"), the report and the vars file."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "lib"))
+
+from vllm_fleet import tuning  # noqa: E402
+
+
+def bench(goodput: float, throughput: float = 10.0, output: float = 320.0, failed: int = 0) -> dict[str, float]:
+    """Return a vllm bench serve result with these request goodput and throughputs."""
+    return {"request_goodput": goodput, "request_throughput": throughput, "output_throughput": output,
+            "completed": 64, "failed": failed, "p99_ttft_ms": 200.0, "median_tpot_ms": 20.0, "p99_tpot_ms": 30.0}
+
+
+def sweep(*shares: float) -> list[dict[str, object]]:
+    """Return steps at concurrency 1, 2, 4, ... with these shares within the SLO and output rising with it."""
+    return [tuning.step(bench(10 * share, output=100.0 * 2 ** n), 2 ** n) for n, share in enumerate(shares)]
+
+
+def test_levels_double_up_to_twice_max_num_seqs() -> None:
+    """1, 2, 4, ... and the top itself, even when it is no power of two."""
+    assert tuning.levels(16) == [1, 2, 4, 8, 16, 32]
+    assert tuning.levels(12) == [1, 2, 4, 8, 16, 24]
+    assert tuning.levels(16, ceiling=6) == [1, 2, 4, 6]
+    with pytest.raises(tuning.TuningError):
+        tuning.levels(0)
+
+
+def test_goodput_args_hold_requests_to_the_p99_targets() -> None:
+    """A request is good within the scene's p99 TTFT and TPOT targets."""
+    assert tuning.goodput_args({"p99_ttft_ms": 500, "p99_tpot_ms": 60.5}) == ["--goodput", "ttft:500", "tpot:60.5"]
+
+
+def test_step_share_and_goodput() -> None:
+    """Share = request goodput / request throughput; goodput = output tokens/s of the good share; a result without
+    goodput is refused (the load test ran without --goodput)."""
+    found = tuning.step(bench(9.9, output=1000.0), 16)
+    assert found["slo_share"] == pytest.approx(0.99) and found["goodput"] == pytest.approx(990.0)
+    assert found["concurrency"] == 16 and found["p99_tpot_ms"] == 30.0
+    with pytest.raises(tuning.TuningError, match="--goodput"):
+        tuning.step({"request_throughput": 1.0}, 1)
+
+
+def test_knee_is_the_highest_concurrency_within_the_slo_and_failures_break_it() -> None:
+    """The knee is the last step at or above the share; a step with a failed request never holds the SLO."""
+    steps = sweep(1.0, 1.0, 0.995, 0.97, 0.5)
+    assert tuning.knee(steps, 0.99)["concurrency"] == 4
+    assert tuning.knee(steps, 0.95)["concurrency"] == 8
+    assert tuning.knee([tuning.step(bench(10, failed=1), 1)], 0.5) is None
+
+
+def test_the_sweep_stops_after_two_breaking_steps_in_a_row() -> None:
+    """One breaking step is noise; two in a row end the sweep."""
+    assert not tuning.stop_early(sweep(1.0, 0.9), 0.99)
+    assert not tuning.stop_early(sweep(0.9, 1.0), 0.99)
+    assert tuning.stop_early(sweep(1.0, 0.9, 0.8), 0.99)
+
+
+@pytest.mark.parametrize("share", [0, -0.5, 1.01, "0.99", True, None])
+def test_a_share_outside_zero_to_one_is_refused(share: object) -> None:
+    """The share must be a number in (0, 1], named with the variable and an example."""
+    with pytest.raises(tuning.TuningError, match=r"vllm_tune_slo_share: .* \(0, 1\]"):
+        tuning.check_share(share)
+
+
+def test_the_winner_has_the_highest_goodput_at_its_knee_and_the_rest_say_why_not() -> None:
+    """A candidate that cannot start, or breaks the SLO at concurrency 1, is dropped with its reason."""
+    result = tuning.verdict([
+        {"name": "deployed", "engine_args": {}, "steps": sweep(1.0, 1.0, 0.9, 0.8)},
+        {"name": "batched-1024", "engine_args": {"max-num-batched-tokens": 1024}, "steps": sweep(1.0, 1.0, 1.0, 0.5)},
+        {"name": "fp8", "engine_args": {"kv-cache-dtype": "fp8"}, "error": "did not start: unsupported on this card"},
+        {"name": "slow", "engine_args": {"max-num-seqs": 64}, "steps": sweep(0.5, 1.0, 1.0)}], 0.99)
+    assert result["winner"] == "batched-1024"
+    assert result["message"].startswith("batched-1024: 400.0 output tok/s within the SLO at concurrency 4")
+    dropped = {c["name"]: c["dropped"] for c in result["candidates"]}
+    assert dropped == {"deployed": None, "batched-1024": None, "fp8": "did not start: unsupported on this card",
+                       "slow": "breaks the SLO at concurrency 1"}
+    assert tuning.suggested_vars("realtime", result) == {
+        "vllm_scenes_list": [{"name": "realtime", "engine_args": {"max-num-batched-tokens": 1024, "max-num-seqs": 4}}]}
+
+
+def test_an_impossible_slo_names_the_best_step_seen_instead_of_failing() -> None:
+    """With no knee anywhere the verdict says so, with the best goodput seen; there are no vars to suggest."""
+    result = tuning.verdict([{"name": "deployed", "engine_args": {}, "steps": sweep(0.5, 0.6)}], 0.99)
+    assert result["winner"] is None
+    assert result["message"] == ("no setting meets the SLO; the best seen: 120.0 tok/s within it (60% of requests), "
+                                 "candidate deployed at concurrency 2")
+    assert tuning.suggested_vars("realtime", result) is None
+    assert "no setting meets the SLO" in tuning.markdown("h1", "realtime", result)
+
+
+def test_markdown_lists_every_step() -> None:
+    """The report has the verdict and one row per step of each candidate."""
+    result = tuning.verdict([{"name": "deployed", "engine_args": {}, "steps": sweep(1.0, 1.0, 0.5)}], 0.99)
+    text = tuning.markdown("h1", "realtime", result)
+    assert text.startswith("# Tuning of realtime on h1\n\n**deployed: 200.0 output tok/s")
+    assert [line.split(" | ")[0] for line in text.splitlines() if line[:3] in ("| 1", "| 2", "| 4")] == ["| 1", "| 2", "| 4"]
+    assert "| 4 | 50% | 200.0 | 400.0 |" in text
+
+
+@pytest.mark.parametrize("suffix", ["svg", "png"])
+def test_the_picture_has_a_point_per_step_and_the_slo_line(tmp_path: object, suffix: str) -> None:
+    """The SVG holds one marker per step on each candidate's goodput and TPOT lines, a ring at each knee and the SLO
+    line; the PNG is a PNG."""
+    import xml.etree.ElementTree as ElementTree
+    from pathlib import Path
+
+    from vllm_fleet import tuning_plot
+    result = tuning.verdict([{"name": "deployed", "engine_args": {}, "steps": sweep(1.0, 1.0, 0.5)},
+                             {"name": "other", "engine_args": {"max-num-seqs": 8}, "steps": sweep(1.0, 0.5, 0.5)}], 0.99)
+    path = Path(str(tmp_path)) / f"realtime.{suffix}"
+    tuning_plot.plot("h1", "realtime", result, 30.0, path)
+    if suffix == "png":
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        return
+    groups = {g.get("id"): g for g in ElementTree.parse(path).iter("{http://www.w3.org/2000/svg}g") if g.get("id")}
+    markers = {gid: len(list(groups[gid].iter("{http://www.w3.org/2000/svg}use")))
+               for gid in ("goodput-deployed", "tpot-deployed", "goodput-other", "tpot-other")}
+    assert markers == {"goodput-deployed": 3, "tpot-deployed": 3, "goodput-other": 3, "tpot-other": 3}
+    assert {"knee-deployed", "knee-other", "slo"} <= set(groups)
