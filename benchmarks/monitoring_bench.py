@@ -30,7 +30,7 @@ LOUD = json.dumps({"vllm_scenes_list": [{"name": "realtime", "api_key_var": "vau
 SETTLE_S = 20  # after Prometheus starts or stops, before the load: scrapes at their steady pace, or none
 
 
-JOURNAL_WINDOW_S = 300
+JOURNAL_WINDOW_S = 120
 
 
 def converge(*extra: str) -> None:

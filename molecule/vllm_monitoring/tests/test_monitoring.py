@@ -258,7 +258,7 @@ def test_prometheus_off_loopback_answers_only_over_tls_with_the_password() -> No
 
     def itself_up() -> bool:
         answer = subprocess.run(["curl", "-sf", "--cacert", str(PKI / "ca.crt"), "-u", f"admin:{password}",
-                                 url.replace("query=up", "query=up%7Bjob%3D%22prometheus%22%7D")],
+                                 url.replace("query=up", f"query=up%7Bjob%3D%22prometheus%22%2Chost%3D%22{MONITOR}%22%7D")],
                                 capture_output=True, text=True).stdout
         return bool(answer) and [r["value"][1] for r in json.loads(answer)["data"]["result"]] == ["1"]
     assert wait_for(itself_up, 30)
