@@ -203,14 +203,28 @@ def test_input_problems_name_the_variable_and_fix() -> None:
     """Bad retention, size, route or receiver URL each give one problem naming the variable and what to set."""
     problems = monitoring.input_problems({
         "retention_time": "2 weeks", "retention_size": "10 gigs", "scrape_interval": "15s", "evaluation_interval": "15s",
-        "route": {"group_wait": "soon"}, "receivers": [{"name": "ops", "webhook_url": "alerts.example.org/hook"}]})
+        "route": {"group_wait": "soon"}, "receivers": [{"name": "ops", "webhook_url": "alerts.example.org/hook"}],
+        "smtp": {}, "mountpoints": "/"})
     assert len(problems) == 4
     assert problems[0].startswith("vllm_monitoring_retention_time: '2 weeks'") and "15d" in problems[0]
     assert problems[1].startswith("vllm_monitoring_retention_size: '10 gigs'") and "10GB" in problems[1]
     assert problems[2].startswith("vllm_monitoring_route.group_wait")
     assert "vllm_monitoring_receivers[ops]: webhook_url" in problems[3] and "https://" in problems[3]
     assert monitoring.input_problems({"retention_time": "15d", "retention_size": "10GB", "scrape_interval": "15s",
-                                      "evaluation_interval": "15s", "route": {}, "receivers": []}) == []
+                                      "evaluation_interval": "15s", "route": {}, "receivers": [], "smtp": {},
+                                      "mountpoints": "/|/data.*"}) == []
+
+
+def test_reserved_receivers_email_without_smtp_and_quoted_mountpoints_are_refused() -> None:
+    """The kit's own receiver names, an email receiver without SMTP settings, a password written into the SMTP
+    settings and a mount-point regex that would break the rule's quotes are each refused with the variable named."""
+    problems = monitoring.input_problems({
+        "retention_time": "15d", "retention_size": "10GB", "scrape_interval": "15s", "evaluation_interval": "15s",
+        "route": {}, "receivers": [{"name": "none", "webhook_url": "http://x/"}, {"name": "ops", "email_to": "o@x.org"}],
+        "smtp": {"smarthost": "mail:587", "auth_password": "secret"}, "mountpoints": '/data"'})
+    assert [p.split(":")[0] for p in problems] == ["vllm_monitoring_smtp", "vllm_monitoring_smtp",
+                                                   "vllm_monitoring_disk_mountpoints", "vllm_monitoring_receivers[none]"]
+    assert all("secret" not in p for p in problems)
 
 
 def test_alertmanager_config_passes_amtool(tmp_path: Path) -> None:
@@ -310,3 +324,16 @@ def test_host_port_brackets_ipv6() -> None:
     """Listen flags and targets write IPv6 literals in brackets, host names and IPv4 as they are."""
     assert [monitoring.host_port(a, 9090) for a in ("127.0.0.1", "::", "fd00::2", "mon1")] == [
         "127.0.0.1:9090", "[::]:9090", "[fd00::2]:9090", "mon1:9090"]
+
+
+def test_a_host_this_run_did_not_reach_keeps_its_targets_and_a_removed_one_loses_them() -> None:
+    """A GPU host that failed or was left out of the run (no endpoint) keeps last run's targets; a host gone from the
+    inventory loses them; the monitoring host's own node_exporter is scraped on loopback when it is nothing else."""
+    previous = monitoring.scrape_targets({"g1": [{"name": "realtime"}], "g2": [{"name": "batch"}]},
+                                         {"g1": {"address": "10.0.0.1", "port": 9443, "enabled": True},
+                                          "g2": {"address": "10.0.0.2", "port": 9443, "enabled": True}}, {})
+    jobs = monitoring.scrape_targets({"g1": None}, {"g1": None}, {}, previous, {"host": "mon", "port": 9100})
+    assert [(g["labels"]["host"], g["labels"].get("scene")) for g in jobs["vllm"]] == [("g1", "realtime")]
+    assert [(g["labels"]["host"], g["targets"][0]) for g in jobs["node"]] == [("g1", "10.0.0.1:9443"),
+                                                                             ("mon", "127.0.0.1:9100")]
+    assert jobs["node"][1]["labels"]["__scheme__"] == "http"

@@ -83,7 +83,7 @@ def test_the_winner_has_the_highest_goodput_at_its_knee_and_the_rest_say_why_not
     assert dropped == {"deployed": None, "batched-1024": None, "fp8": "did not start: unsupported on this card",
                        "slow": "breaks the SLO at concurrency 1"}
     assert tuning.suggested_vars("realtime", result) == {
-        "vllm_scenes_list": [{"name": "realtime", "engine_args": {"max-num-batched-tokens": 1024, "max-num-seqs": 4}}]}
+        "scene": "realtime", "engine_args": {"max-num-batched-tokens": 1024, "max-num-seqs": 4}}
 
 
 def test_an_impossible_slo_names_the_best_step_seen_instead_of_failing() -> None:

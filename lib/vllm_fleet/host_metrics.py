@@ -2,7 +2,7 @@
 # standard library only, and nothing imported from the vllm_fleet package, which is not there.
 """Write this host's GPU, kit-state and gateway metrics for node_exporter's textfile collector.
 
-Usage: host_metrics.py --config /etc/vllm-fleet/host-metrics.json --out /var/lib/prometheus/node-exporter/vllm_fleet.prom
+Usage: host_metrics.py --config /etc/vllm/host-metrics.json --out /var/lib/prometheus/node-exporter/vllm_fleet.prom
 
 One nvidia-smi query per run; a failing nvidia-smi is itself a metric (vllm_fleet_nvidia_smi_up 0 with its message), so
 the run still exits 0. A state file that cannot be read sets vllm_fleet_collector_errors{source} and the rest goes on.

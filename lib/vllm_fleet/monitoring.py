@@ -128,6 +128,10 @@ ALERTS: dict[str, dict[str, str]] = {
 }
 
 
+# Receivers the kit writes itself: the default route's (alerts kept in Alertmanager) and the lab's alert log.
+RESERVED_RECEIVERS = ("none", "alert-log")
+
+
 class MonitoringError(FleetError):
     """Monitoring input the kit refuses; the message names the variable and the fix."""
 
@@ -184,6 +188,8 @@ def receiver_problems(receivers: Any) -> list[str]:
         where = f"vllm_monitoring_receivers[{receiver['name']}]"
         if receiver["name"] in names:
             problems.append(f"{where}: two receivers have this name")
+        if receiver["name"] in RESERVED_RECEIVERS:
+            problems.append(f"{where}: the kit uses this name itself; give the receiver another")
         names.add(receiver["name"])
         unknown = sorted(set(receiver) - {"name", "webhook_url", "email_to", "send_resolved"})
         kinds = [k for k in ("webhook_url", "email_to") if k in receiver]
@@ -229,12 +235,15 @@ def _scene_names(scenes: Any) -> list[str]:
     return sorted(str(s["name"]) for s in scenes or [] if isinstance(s, dict) and s.get("name"))
 
 
-def scrape_targets(scenes_by_host: dict[str, Any], ingress_by_host: dict[str, Any],
-                   gateway_by_host: dict[str, Any]) -> dict[str, list[Any]]:
+def scrape_targets(scenes_by_host: dict[str, Any], ingress_by_host: dict[str, Any], gateway_by_host: dict[str, Any],
+                   previous: dict[str, Any] | None = None, local: dict[str, Any] | None = None) -> dict[str, list[Any]]:
     """Return file-based discovery groups per job: each GPU host's scenes and node_exporter through its ingress, each
-    gateway's HAProxy and (on a host that is no GPU host) node_exporter through its metrics endpoint. Every target is
-    labelled with its host, and a scene's with the scene."""
+    gateway's HAProxy and (on a host that is no GPU host) node_exporter through its metrics endpoint, and the
+    monitoring host's own node_exporter on loopback when it is neither (local: its host and node_exporter port). An
+    inventory host this run did not reach (its endpoint None) keeps its targets from `previous`, the last files, so a
+    host that is down stays a target that is down. Every target is labelled with its host, a scene's with the scene."""
     jobs: dict[str, list[Any]] = {"vllm": [], "node": [], "gateway": []}
+    reached = {h for h, e in {**ingress_by_host, **gateway_by_host}.items() if e}
     for host, endpoint in sorted(ingress_by_host.items()):
         if not (endpoint or {}).get("enabled"):
             continue
@@ -250,6 +259,15 @@ def scrape_targets(scenes_by_host: dict[str, Any], ingress_by_host: dict[str, An
         jobs["gateway"].append({"targets": [address], "labels": {"host": host, "__metrics_path__": GATEWAY_PATH}})
         if not (ingress_by_host.get(host) or {}).get("enabled"):
             jobs["node"].append({"targets": [address], "labels": {"host": host, "__metrics_path__": NODE_PATH}})
+    if local and local["host"] not in reached:
+        jobs["node"].append({"targets": [host_port("127.0.0.1", local["port"])],
+                             "labels": {"host": local["host"], "__scheme__": "http"}})
+        reached.add(local["host"])
+    unreached = ({*ingress_by_host, *gateway_by_host} - reached)
+    for job, groups in (previous or {}).items():
+        jobs.setdefault(job, []).extend(g for g in groups if g.get("labels", {}).get("host") in unreached)
+    for groups in jobs.values():
+        groups.sort(key=lambda g: (g["labels"]["host"], g["labels"].get("scene", "")))
     return jobs
 
 
@@ -294,7 +312,20 @@ def input_problems(settings: dict[str, Any]) -> list[str]:
         if name not in ("group_wait", "group_interval", "repeat_interval") or not is_duration(value):
             problems.append(f"vllm_monitoring_route.{name}: {value!r} must be a duration of group_wait, "
                             "group_interval or repeat_interval, e.g. 30s")
-    return problems + receiver_problems(settings.get("receivers"))
+    receivers = settings.get("receivers")
+    smtp = settings.get("smtp") or {}
+    if isinstance(receivers, list) and any(isinstance(r, dict) and "email_to" in r for r in receivers) and not (
+            smtp.get("smarthost") and smtp.get("from")):
+        problems.append("vllm_monitoring_smtp: an email receiver needs smarthost and from, e.g. "
+                        '{smarthost: "mail.example.org:587", from: "alerts@example.org"}')
+    if "auth_password" in smtp:
+        problems.append("vllm_monitoring_smtp: keep the password out of it; name its Vault variable in "
+                        "vllm_monitoring_smtp_password_var")
+    mountpoints = settings.get("mountpoints")
+    if not isinstance(mountpoints, str) or not mountpoints or any(c in mountpoints for c in '"\\'):
+        problems.append(f"vllm_monitoring_disk_mountpoints: {mountpoints!r} must be a regex without quotes or "
+                        'backslashes, e.g. "/|/var/lib/vllm.*"')
+    return problems + receiver_problems(receivers)
 
 
 def host_port(address: str, port: Any) -> str:

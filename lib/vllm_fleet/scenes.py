@@ -17,10 +17,10 @@ SCENE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 SCENE_KEYS = {"name", "preset", "port", "host", "gpus", "model", "served_model_name", "api_key_var", "engine_args", "env",
               "memory_budget_gib", "slo"}
 # Engine arguments the kit owns: a scene sets them through its own keys, never through engine_args.
+OWNED_ARGS = {"model", "served-model-name", "host", "port", "api-key", "config"}
 # Paths polled all day (Prometheus's scrapes, the gateway's health checks) leave no line in the scene's access log; a
 # scene's engine_args may set its own list.
 QUIET_ENDPOINTS = "/metrics,/health"
-OWNED_ARGS = {"model", "served-model-name", "host", "port", "api-key", "config"}
 # What a scene's environment may hold: each pair becomes an Environment="NAME=value" line of its unit, where a quote or
 # backslash would end or escape the string, % starts a systemd specifier and a control character a new line.
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")

@@ -101,13 +101,13 @@ def verdict(candidates: list[dict[str, Any]], share: float) -> dict[str, Any]:
 
 
 def suggested_vars(scene: str, result: dict[str, Any]) -> dict[str, Any] | None:
-    """Return the vars a user may commit for the winner: the scene with its engine arguments and max_num_seqs at the
-    knee (None without a winner)."""
+    """Return what a user may merge into the scene's entry of vllm_scenes_list for the winner: its engine arguments
+    and max_num_seqs at the knee (None without a winner)."""
     winner = next((c for c in result["candidates"] if c["name"] == result["winner"]), None)
     if winner is None:
         return None
-    args = {**winner.get("engine_args", {}), "max-num-seqs": winner["knee"]["concurrency"]}
-    return {"vllm_scenes_list": [{"name": scene, "engine_args": args}]}
+    return {"scene": scene, "engine_args": {**winner.get("engine_args", {}),
+                                            "max-num-seqs": winner["knee"]["concurrency"]}}
 
 
 def markdown(host: str, scene: str, result: dict[str, Any]) -> str:
