@@ -230,9 +230,10 @@ def test_reserved_receivers_email_without_smtp_and_quoted_mountpoints_are_refuse
 def test_alertmanager_config_passes_amtool(tmp_path: Path) -> None:
     """Every receiver gets every alert (each route continues), resolved notices on; amtool accepts the config."""
     config = monitoring.alertmanager_config(
-        [{"name": "hook", "webhook_url": "http://127.0.0.1:9095/"}, {"name": "ops", "email_to": "ops@example.org"}],
-        {"group_wait": "5s"}, {"smarthost": "mail.example.org:587", "from": "alerts@example.org"})
-    assert [r["receiver"] for r in config["route"]["routes"]] == ["hook", "ops"]
+        [{"name": "hook", "webhook_url": "http://hooks.example.org/"}, {"name": "ops", "email_to": "ops@example.org"}],
+        {"group_wait": "5s"}, {"smarthost": "mail.example.org:587", "from": "alerts@example.org"},
+        "http://127.0.0.1:9095/")
+    assert [r["receiver"] for r in config["route"]["routes"]] == ["hook", "ops", "alert-log"]
     assert all(r["continue"] for r in config["route"]["routes"])
     assert config["receivers"][1]["webhook_configs"][0]["send_resolved"] is True
     (tmp_path / "am.yml").write_text(yaml.safe_dump(config))

@@ -205,12 +205,16 @@ def receiver_problems(receivers: Any) -> list[str]:
     return problems
 
 
-def alertmanager_config(receivers: list[dict[str, Any]], route: dict[str, str], smtp: dict[str, Any]) -> dict[str, Any]:
-    """Return Alertmanager's config: every alert to every receiver (none: kept in Alertmanager only), grouped by
-    alert, host and scene, with the route's group_wait, group_interval and repeat_interval."""
+def alertmanager_config(receivers: list[dict[str, Any]], route: dict[str, str], smtp: dict[str, Any],
+                        alert_log_url: str | None = None) -> dict[str, Any]:
+    """Return Alertmanager's config: every alert to every receiver, and to the alert log at alert_log_url when given
+    (none: kept in Alertmanager only), grouped by alert, host and scene, with the route's group_wait, group_interval
+    and repeat_interval."""
     problems = receiver_problems(receivers)
     if problems:
         raise MonitoringError("; ".join(problems))
+    if alert_log_url:
+        receivers = [*receivers, {"name": "alert-log", "webhook_url": alert_log_url}]
     entries: list[dict[str, Any]] = [{"name": "none"}]
     for receiver in receivers:
         resolved = bool(receiver.get("send_resolved", True))

@@ -90,13 +90,15 @@ def verdict(candidates: list[dict[str, Any]], share: float) -> dict[str, Any]:
                 best_step = {**seen, "candidate": candidate["name"]}
     kept = [c for c in judged if c["knee"] and not c["dropped"]]
     winner = max(kept, key=lambda c: c["knee"]["goodput"]) if kept else None
-    return {"share": share, "candidates": judged, "winner": winner["name"] if winner else None,
-            "message": (f"{winner['name']}: {winner['knee']['goodput']:.1f} output tok/s within the SLO at "
-                        f"concurrency {winner['knee']['concurrency']}") if winner else
-                       "no setting meets the SLO" + (f"; the best seen: {best_step['goodput']:.1f} tok/s within it "
-                                                    f"({best_step['slo_share']:.0%} of requests), candidate "
-                                                    f"{best_step['candidate']} at concurrency "
-                                                    f"{best_step['concurrency']}" if best_step else ""),
+    if winner:
+        message = (f"{winner['name']}: {winner['knee']['goodput']:.1f} output tok/s within the SLO at concurrency "
+                   f"{winner['knee']['concurrency']}")
+    else:
+        message = "no setting meets the SLO"
+        if best_step:
+            message += (f"; the best seen: {best_step['goodput']:.1f} tok/s within it ({best_step['slo_share']:.0%} "
+                        f"of requests), candidate {best_step['candidate']} at concurrency {best_step['concurrency']}")
+    return {"share": share, "candidates": judged, "winner": winner["name"] if winner else None, "message": message,
             "best_seen": best_step}
 
 
