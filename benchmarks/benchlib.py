@@ -132,3 +132,13 @@ class Lab:
         if self.exists():
             return f"{script}: lab {self.name!r} exists: run `tools/lab down --lab {self.name}` first"
         return ""
+
+    def up(self, script: str, hosts: int, gateways: int, reuse: bool) -> str:
+        """Start this lab's hosts and gateways unless reuse finds it up; return why it cannot start, or ""."""
+        if reuse and self.exists():
+            return ""
+        if problem := self.cannot_start(script):
+            return problem
+        subprocess.run(self.tool("up", "--hosts", str(hosts), "--gateways", str(gateways), "--first-index",
+                                 str(self.first_index)), check=True, capture_output=True)
+        return ""

@@ -89,12 +89,9 @@ def main() -> int:
     parser.add_argument("--reuse", action="store_true", help="use the lab a --keep run left up")
     parser.add_argument("--json", help="also write the figures to this file (relative to the repo)")
     args = parser.parse_args()
-    if not (args.reuse and LAB.exists()):
-        if problem := LAB.cannot_start("monitoring_bench.py"):
-            print(problem, file=sys.stderr)
-            return 1
-        subprocess.run(LAB.tool("up", "--hosts", "1", "--gateways", "1", "--first-index", str(LAB.first_index)),
-                       check=True, capture_output=True)
+    if problem := LAB.up("monitoring_bench.py", 1, 1, args.reuse):
+        print(problem, file=sys.stderr)
+        return 1
     try:
         converge()
         bench(0)  # a first load warms the scene's caches for both modes alike
