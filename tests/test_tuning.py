@@ -63,11 +63,17 @@ def test_the_sweep_stops_after_two_breaking_steps_in_a_row() -> None:
     assert tuning.stop_early(sweep(1.0, 0.9, 0.8), 0.99)
 
 
-@pytest.mark.parametrize("share", [0, -0.5, 1.01, "0.99", True, None])
+@pytest.mark.parametrize("share", [0, -0.5, 1.01, "1.5", "most", True, None, float("nan")])
 def test_a_share_outside_zero_to_one_is_refused(share: object) -> None:
     """The share must be a number in (0, 1], named with the variable and an example."""
     with pytest.raises(tuning.TuningError, match=r"vllm_tune_slo_share: .* \(0, 1\]"):
         tuning.check_share(share)
+
+
+def test_a_share_given_as_an_extra_var_is_read_as_a_number() -> None:
+    """-e vllm_tune_slo_share=0.95 arrives as text."""
+    assert tuning.check_share("0.95") == 0.95
+    assert tuning.check_share(1) == 1.0
 
 
 def test_the_winner_has_the_highest_goodput_at_its_knee_and_the_rest_say_why_not() -> None:
@@ -82,8 +88,10 @@ def test_the_winner_has_the_highest_goodput_at_its_knee_and_the_rest_say_why_not
     dropped = {c["name"]: c["dropped"] for c in result["candidates"]}
     assert dropped == {"deployed": None, "batched-1024": None, "fp8": "did not start: unsupported on this card",
                        "slow": "breaks the SLO at concurrency 1"}
-    assert tuning.suggested_vars("realtime", result) == {
-        "scene": "realtime", "engine_args": {"max-num-batched-tokens": 1024, "max-num-seqs": 4}}
+    deployed = [{"name": "realtime", "api_key_var": "k", "engine_args": {"max-num-seqs": 16}}, {"name": "batch"}]
+    assert tuning.suggested_vars(deployed, "realtime", result) == {"vllm_scenes_list": [
+        {"name": "realtime", "api_key_var": "k", "engine_args": {"max-num-batched-tokens": 1024, "max-num-seqs": 4}},
+        {"name": "batch"}]}
 
 
 def test_an_impossible_slo_names_the_best_step_seen_instead_of_failing() -> None:
@@ -92,7 +100,7 @@ def test_an_impossible_slo_names_the_best_step_seen_instead_of_failing() -> None
     assert result["winner"] is None
     assert result["message"] == ("no setting meets the SLO; the best seen: 120.0 tok/s within it (60% of requests), "
                                  "candidate deployed at concurrency 2")
-    assert tuning.suggested_vars("realtime", result) is None
+    assert tuning.suggested_vars([{"name": "realtime"}], "realtime", result) is None
     assert "no setting meets the SLO" in tuning.markdown("h1", "realtime", result)
 
 
@@ -125,3 +133,114 @@ def test_the_picture_has_a_point_per_step_and_the_slo_line(tmp_path: object, suf
                for gid in ("goodput-deployed", "tpot-deployed", "goodput-other", "tpot-other")}
     assert markers == {"goodput-deployed": 3, "tpot-deployed": 3, "goodput-other": 3, "tpot-other": 3}
     assert {"knee-deployed", "knee-other", "slo"} <= set(groups)
+
+
+SETTINGS = {"share": 0.99, "mix": {"input_len": 512, "output_len": 128}, "candidates": [], "max_concurrency": 0,
+            "budget": 900, "rounds": 4, "min_prompts": 8}
+TARGETS = {"p99_ttft_ms": 1000.0, "p99_tpot_ms": 50.0}
+REALTIME = {"name": "realtime", "engine_args": {"max-num-seqs": 16}}
+
+
+def plan(kv_tokens: int | None = 100_000, **settings: object) -> dict[str, object]:
+    """Return the realtime scene's sweep plan on h1 with these settings over SETTINGS."""
+    return tuning.sweep_plan("h1", REALTIME, {**SETTINGS, **settings}, TARGETS, kv_tokens)
+
+
+def test_a_plan_sweeps_up_to_twice_max_num_seqs_with_enough_requests_per_step() -> None:
+    """Levels 1..32, rounds requests per request in flight (at least min_prompts), the deployed settings first."""
+    found = plan()
+    assert found["problems"] == []
+    assert [(s["concurrency"], s["prompts"]) for s in found["sweep"]] == [(1, 8), (2, 8), (4, 16), (8, 32), (16, 64),
+                                                                          (32, 128)]
+    assert found["candidates"] == [{"name": "deployed", "engine_args": {}}]
+    assert found["lengths"] == {"input_len": 512, "prefix_len": 0, "output_len": 128}
+    assert found["goodput_args"] == ["--goodput", "ttft:1000", "tpot:50"]
+
+
+def test_a_shared_prefix_is_part_of_the_input() -> None:
+    """prefix_share 0.25 of 512 tokens in: 128 shared, 384 random."""
+    assert tuning.bench_lengths({"input_len": 512, "output_len": 64, "prefix_share": 0.25}, "m") == {
+        "input_len": 384, "prefix_len": 128, "output_len": 64}
+
+
+@pytest.mark.parametrize("mix", [{"input_len": 0, "output_len": 8}, {"input_len": 8}, {"input_len": 8, "output_len": 8,
+                                 "prefix_share": 1}, {"input_len": 8, "output_len": 8, "shared": 0.5}, "long"])
+def test_a_mix_that_is_not_one_is_refused_with_host_and_variable(mix: object) -> None:
+    """The problem names the host, vllm_tune_mixes.<scene> and the form it takes."""
+    (problem,) = plan(mix=mix)["problems"]
+    assert problem.startswith("h1: vllm_tune_mixes.realtime: ")
+
+
+def test_a_sweep_beyond_the_planned_kv_cache_is_refused_with_the_concurrency_that_fits() -> None:
+    """32 requests x 640 tokens need 20,480 KV tokens; a plan of 4,000 fits 6."""
+    (problem,) = plan(kv_tokens=4000)["problems"]
+    assert problem.startswith("h1: vllm_tune_max_concurrency: ")
+    assert "needs 20480 KV tokens, but the plan gives realtime 4000" in problem
+    assert "at most 6" in problem
+    assert plan(kv_tokens=4000, max_concurrency=6)["problems"] == []
+    assert plan(kv_tokens=None)["problems"] == []  # a scene the planner could not plan is not held to a guess
+
+
+def test_a_budget_below_one_step_is_refused_with_the_least_that_is_enough() -> None:
+    """8 requests at concurrency 1, each up to 1 s + 128 x 50 ms within the SLO: 59.2 s."""
+    (problem,) = plan(budget=30)["problems"]
+    assert problem.startswith("h1: vllm_tune_time_budget: 30 s is less than one step")
+    assert "at least 60 s" in problem
+    assert plan(budget="60")["problems"] == []
+
+
+@pytest.mark.parametrize("share", [0, 1.5, "x"])
+def test_a_bad_share_is_a_problem_of_the_host(share: object) -> None:
+    """The plan carries the refusal instead of raising, so the preflight names the host."""
+    (problem,) = plan(share=share)["problems"]
+    assert problem.startswith("h1: vllm_tune_slo_share: ")
+
+
+@pytest.mark.parametrize("listed", [{"name": "a"}, [{"name": "deployed", "engine_args": {"x": 1}}],
+                                    [{"name": "Big One", "engine_args": {"x": 1}}], [{"name": "a", "engine_args": {}}],
+                                    [{"name": "a", "engine_args": {"x": 1}}, {"name": "a", "engine_args": {"y": 1}}],
+                                    [{"name": "a", "engine_args": {"x": 1}, "env": {}}]])
+def test_bad_candidates_are_refused(listed: object) -> None:
+    """A list of uniquely named candidates that each set engine arguments, and nothing else."""
+    (problem,) = plan(candidates=listed)["problems"]
+    assert problem.startswith("h1: vllm_tune_candidates.realtime")
+
+
+def test_the_sweep_stops_for_the_budget_a_failed_load_test_or_two_breaking_steps() -> None:
+    """timeout's 124 is the budget; another exit code names the load test's last error line."""
+    assert tuning.stop_reason(sweep(1.0), 0.99, 1, 124, "") == "the time budget ran out during concurrency 1"
+    assert tuning.stop_reason(sweep(1.0), 0.99, 2, 1, "ConnectionError") == (
+        "the load test failed at concurrency 2: ConnectionError")
+    assert tuning.stop_reason(sweep(1.0, 0.5, 0.5), 0.99, 4, 0, "") == "two steps in a row broke the SLO"
+    assert tuning.stop_reason(sweep(1.0, 0.5), 0.99, 2, 0, "") == ""
+
+
+def test_a_candidate_sets_its_engine_arguments_over_its_scene_only() -> None:
+    """The other scenes and the scene's other keys stay as deployed."""
+    scenes = [{"name": "realtime", "port": 8000, "engine_args": {"max-num-seqs": 16}}, {"name": "batch"}]
+    assert tuning.candidate_scenes(scenes, "realtime", {"max-num-batched-tokens": 1024}) == [
+        {"name": "realtime", "port": 8000, "engine_args": {"max-num-seqs": 16, "max-num-batched-tokens": 1024}},
+        {"name": "batch"}]
+
+
+def test_the_report_holds_what_was_swept_and_the_verdict() -> None:
+    """Host, scene, SLO, lengths and levels beside the winner and its message."""
+    found = plan()
+    result = tuning.report("h1", found, [{"name": "deployed", "engine_args": {}, "steps": sweep(1.0, 1.0)}])
+    assert (result["host"], result["scene"], result["slo"], result["levels"]) == ("h1", "realtime", TARGETS,
+                                                                                  [1, 2, 4, 8, 16, 32])
+    assert result["winner"] == "deployed"
+
+
+def test_the_plot_tool_draws_a_report_file(tmp_path: object) -> None:
+    """python -m vllm_fleet.tuning_plot REPORT PICTURES... (what playbooks/tune.yml runs) writes each picture."""
+    import json
+    from pathlib import Path
+
+    from vllm_fleet import tuning_plot
+    directory = Path(str(tmp_path))
+    result = tuning.report("h1", plan(), [{"name": "deployed", "engine_args": {}, "steps": sweep(1.0, 0.5, 0.5)}])
+    (directory / "r.json").write_text(json.dumps(result))
+    tuning_plot.main([str(directory / "r.json"), str(directory / "r.png"), str(directory / "r.svg")])
+    assert (directory / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert 'id="goodput-deployed"' in (directory / "r.svg").read_text()

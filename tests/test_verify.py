@@ -285,3 +285,19 @@ def test_scene_checks_stop_at_a_dead_scene() -> None:
     checks = verify.scene_checks(KEYED_SCENE, down, {}, {}, {}, {})
     assert checks == [{"name": "GET /health", "passed": False, "detail": down["msg"]}]
     assert verify.scene_checks(KEYED_SCENE, {}, {}, {}, {}, {})[0]["detail"] == "not waited for"
+
+
+def test_the_load_test_reads_the_key_from_the_scene_env_file_never_from_its_command_line() -> None:
+    """The argv starts with the wrapper that sources the root-only env file; no key, the host's own release's vllm,
+    the scene's loopback URL for a wildcard listener, and a shared prefix only where one is asked for."""
+    scene = {"name": "realtime", "host": "0.0.0.0", "port": 8000, "served_model_name": "m", "model_path": "/srv/m"}
+    load = {"input_len": 128, "output_len": 32, "prompts": 64, "concurrency": 16, "warmups": 2}
+    argv = verify.bench_command(scene, "/opt/vllm/current", "/etc/vllm", "h1", "/var/lib/v", "realtime.json", load)
+    assert argv[:4] == ["sh", "-c", 'set -a; . "$0"; OPENAI_API_KEY="${VLLM_API_KEY-}"; exec "$@"',
+                        "/etc/vllm/realtime.env"]
+    assert argv[4:7] == ["/opt/vllm/current/bin/vllm", "bench", "serve"]
+    assert "--base-url=http://127.0.0.1:8000" in argv and "--max-concurrency=16" in argv
+    assert not any(a.startswith("--random-prefix-len") for a in argv)
+    with_prefix = verify.bench_command(scene, "/o", "/e", "h1", "/r", "f.json",
+                                       {**load, "prefix_len": 64, "extra": ["--goodput", "ttft:9", "tpot:2"]})
+    assert "--random-prefix-len=64" in with_prefix and with_prefix[-3:] == ["--goodput", "ttft:9", "tpot:2"]

@@ -4,11 +4,15 @@ its goodput, the knee, the winning candidate of engine arguments, and the report
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 from . import FleetError
 
 DEFAULT_SHARE = 0.99
+# The candidate that runs the scene as deployed; the user's candidates are compared with it.
+DEPLOYED = "deployed"
+CANDIDATE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
 # What `vllm bench serve` reports, kept per step: latency percentiles (ms) and throughputs.
 STEP_FIGURES = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms",
                 "output_throughput", "total_token_throughput", "request_throughput")
@@ -67,11 +71,15 @@ def knee(steps: list[dict[str, Any]], share: float) -> dict[str, Any] | None:
 
 
 def check_share(share: Any) -> float:
-    """Return the SLO share as a float, or refuse one outside (0, 1]."""
-    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+    """Return the SLO share as a float (an extra var's text too), or refuse one outside (0, 1]."""
+    try:
+        value = float(share) if not isinstance(share, bool) else math.nan
+    except (TypeError, ValueError):
+        value = math.nan
+    if not 0 < value <= 1:
         raise TuningError(f"vllm_tune_slo_share: {share!r} must be a number in (0, 1], e.g. 0.99 (99% of requests "
                           "within the SLO)")
-    return float(share)
+    return value
 
 
 def verdict(candidates: list[dict[str, Any]], share: float) -> dict[str, Any]:
@@ -102,14 +110,14 @@ def verdict(candidates: list[dict[str, Any]], share: float) -> dict[str, Any]:
             "best_seen": best_step}
 
 
-def suggested_vars(scene: str, result: dict[str, Any]) -> dict[str, Any] | None:
-    """Return what a user may merge into the scene's entry of vllm_scenes_list for the winner: its engine arguments
-    and max_num_seqs at the knee (None without a winner)."""
+def suggested_vars(scenes: list[dict[str, Any]], scene: str, result: dict[str, Any]) -> dict[str, Any] | None:
+    """Return the host's vllm_scenes_list with the winner's engine arguments and max_num_seqs at its knee set over
+    the scene's, for the user to commit as the host's vars (None without a winner)."""
     winner = next((c for c in result["candidates"] if c["name"] == result["winner"]), None)
     if winner is None:
         return None
-    return {"scene": scene, "engine_args": {**winner.get("engine_args", {}),
-                                            "max-num-seqs": winner["knee"]["concurrency"]}}
+    settings = {**winner.get("engine_args", {}), "max-num-seqs": winner["knee"]["concurrency"]}
+    return {"vllm_scenes_list": candidate_scenes(scenes, scene, settings)}
 
 
 def markdown(host: str, scene: str, result: dict[str, Any]) -> str:
@@ -119,6 +127,7 @@ def markdown(host: str, scene: str, result: dict[str, Any]) -> str:
         args = ", ".join(f"{k}={v}" for k, v in sorted((candidate.get("engine_args") or {}).items())) or "as deployed"
         state = f"dropped: {candidate['dropped']}" if candidate["dropped"] else (
             f"knee at concurrency {candidate['knee']['concurrency']}")
+        state += f"; the sweep stopped: {candidate['stopped']}" if candidate.get("stopped") else ""
         lines += [f"## {candidate['name']} ({args}): {state}", ""]
         if candidate.get("steps"):
             lines += ["| concurrency | within SLO | goodput tok/s | output tok/s | TTFT p99 ms | TPOT p50 / p99 ms |",
@@ -129,3 +138,97 @@ def markdown(host: str, scene: str, result: dict[str, Any]) -> str:
                       for s in candidate["steps"]]
             lines.append("")
     return "\n".join(lines)
+
+
+def bench_lengths(mix: Any, where: str) -> dict[str, int]:
+    """Return `vllm bench serve`'s random lengths for a prompt mix: input_len tokens, prefix_share of them a prefix
+    every request shares, and output_len; refuse a mix that is not one."""
+    if not isinstance(mix, dict) or set(mix) - {"input_len", "output_len", "prefix_share"}:
+        raise TuningError(f"{where}: {mix!r} must be a mapping of input_len, output_len and optionally prefix_share, "
+                          "e.g. {input_len: 512, output_len: 128, prefix_share: 0.5}")
+    sizes = [mix.get("input_len"), mix.get("output_len")]
+    share = mix.get("prefix_share", 0)
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in sizes) or isinstance(share, bool) \
+            or not isinstance(share, (int, float)) or not 0 <= share < 1:
+        raise TuningError(f"{where}: input_len and output_len must be whole numbers of tokens >= 1 and prefix_share a "
+                          f"number in [0, 1), not {mix!r}")
+    prefix = round(sizes[0] * share)
+    return {"input_len": sizes[0] - prefix, "prefix_len": prefix, "output_len": sizes[1]}
+
+
+def check_candidates(scene: str, listed: Any) -> list[dict[str, Any]]:
+    """Return a scene's candidates, the deployed settings first, each user candidate checked: a unique name and the
+    engine arguments it sets over the scene's."""
+    where = f"vllm_tune_candidates.{scene}"
+    if not isinstance(listed, list):
+        raise TuningError(f"{where}: {listed!r} must be a list of {{name, engine_args}}, e.g. "
+                          "[{name: seqs32, engine_args: {max-num-seqs: 32}}]")
+    found = [{"name": DEPLOYED, "engine_args": {}}]
+    for index, candidate in enumerate(listed):
+        name = candidate.get("name") if isinstance(candidate, dict) else None
+        args = candidate.get("engine_args") if isinstance(candidate, dict) else None
+        if not isinstance(name, str) or not CANDIDATE_NAME.match(name) or name in [c["name"] for c in found]:
+            raise TuningError(f"{where}[{index}].name: {name!r} must be a new name of lowercase letters, digits, _ and "
+                              f"- (not {DEPLOYED!r}, which the scene as deployed takes)")
+        if not isinstance(args, dict) or not args or set(candidate) - {"name", "engine_args"}:
+            raise TuningError(f"{where}[{index}]: give engine_args, the vLLM engine arguments it sets over the "
+                              "scene's, e.g. {max-num-batched-tokens: 1024}, and nothing else")
+        found.append({"name": name, "engine_args": dict(args)})
+    return found
+
+
+def step_seconds(targets: dict[str, float], lengths: dict[str, int], prompts: int) -> float:
+    """Return how long the sweep's first step (concurrency 1) takes when each request just meets the SLO."""
+    return prompts * (targets["p99_ttft_ms"] + lengths["output_len"] * targets["p99_tpot_ms"]) / 1000
+
+
+def sweep_plan(host: str, scene: dict[str, Any], settings: dict[str, Any], targets: dict[str, float],
+               kv_tokens: int | None) -> dict[str, Any]:
+    """Return one scene's tuning plan: its levels, bench lengths, prompts per level, --goodput arguments, candidates
+    and budget, with `problems`, each naming host, variable and fix (the plan is not run while there are any)."""
+    name, problems = scene["name"], []
+    plan: dict[str, Any] = {"scene": name, "targets": targets, "budget": int(settings["budget"]), "levels": [],
+                            "sweep": [], "candidates": [], "goodput_args": goodput_args(targets)}
+    try:
+        plan["share"] = check_share(settings["share"])
+        plan["lengths"] = bench_lengths(settings["mix"], f"vllm_tune_mixes.{name}")
+        plan["candidates"] = check_candidates(name, settings["candidates"])
+        ceiling = int(settings["max_concurrency"]) or None
+        plan["levels"] = levels(int(scene["engine_args"].get("max-num-seqs", 16)), ceiling)
+    except TuningError as error:
+        return {**plan, "problems": [f"{host}: {error}"]}
+    plan["sweep"] = [{"concurrency": level, "prompts": max(int(settings["min_prompts"]), level * int(settings["rounds"]))}
+                     for level in plan["levels"]]
+    per_request = sum(plan["lengths"].values())
+    if kv_tokens and plan["levels"][-1] * per_request > kv_tokens:
+        problems.append(f"{host}: vllm_tune_max_concurrency: the sweep's top concurrency {plan['levels'][-1]} x "
+                        f"{per_request} tokens a request holds needs {plan['levels'][-1] * per_request} KV tokens, but "
+                        f"the plan gives {name} {kv_tokens}: set vllm_tune_max_concurrency to at most "
+                        f"{kv_tokens // per_request}, or shorten vllm_tune_mixes.{name}")
+    first = step_seconds(targets, plan["lengths"], plan["sweep"][0]["prompts"])
+    if plan["budget"] < first:
+        problems.append(f"{host}: vllm_tune_time_budget: {plan['budget']} s is less than one step of the sweep of "
+                        f"{name} ({plan['sweep'][0]['prompts']} requests at concurrency 1 take up to "
+                        f"{first:.0f} s within its SLO): give it at least {math.ceil(first)} s")
+    return {**plan, "problems": problems}
+
+
+def stop_reason(steps: list[dict[str, Any]], share: float, concurrency: int, rc: int, error: str) -> str:
+    """Return why the sweep stops after the step at this concurrency (rc and error: its load test's), or ""."""
+    if rc == 124:
+        return f"the time budget ran out during concurrency {concurrency}"
+    if rc != 0:
+        return f"the load test failed at concurrency {concurrency}: {error or f'exit code {rc}'}"
+    return "two steps in a row broke the SLO" if stop_early(steps, share) else ""
+
+
+def candidate_scenes(scenes: list[dict[str, Any]], scene: str, engine_args: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return the scene list with one scene's engine arguments set over its own (a candidate's settings)."""
+    return [{**s, "engine_args": {**(s.get("engine_args") or {}), **engine_args}} if s.get("name") == scene else s
+            for s in scenes]
+
+
+def report(host: str, plan: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[str, Any]:
+    """Return a scene's tuning report: what was swept and how, and the verdict on its candidates."""
+    return {"host": host, "scene": plan["scene"], "slo": plan["targets"], "lengths": plan["lengths"],
+            "levels": plan["levels"], **verdict(candidates, plan["share"])}

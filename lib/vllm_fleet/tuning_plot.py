@@ -41,3 +41,21 @@ def plot(host: str, scene: str, result: dict[str, Any], p99_tpot_ms: float, path
     figure.tight_layout()
     figure.savefig(path)
     pyplot.close(figure)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Draw a tuning report (JSON, as playbooks/tune.yml writes it) into each picture path given after it."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("report", type=Path)
+    parser.add_argument("pictures", type=Path, nargs="+", help=".png or .svg")
+    args = parser.parse_args(argv)
+    result = json.loads(args.report.read_text())
+    for picture in args.pictures:
+        plot(result["host"], result["scene"], result, float(result["slo"]["p99_tpot_ms"]), picture)
+
+
+if __name__ == "__main__":
+    main()

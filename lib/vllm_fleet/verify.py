@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from . import FleetError, cards
+from .scenes import local_url
 
 # SLO gates per profile and scene preset, for the role's default load test (random 128 in / 32 out, 64 prompts,
 # concurrency = the scene's max_num_seqs), from the hardware registry (cards.py). They catch a broken deployment; they
@@ -228,3 +229,24 @@ def summary_markdown(reports: list[dict[str, Any]]) -> str:
             verdict)) + " |")
     passed = sum(1 for r in reports if r.get("passed"))
     return "\n".join(lines) + f"\n\n{passed} of {len(reports)} scenes passed\n"
+
+
+# Loads the scene's key from its root-only env file into the benchmark's environment: never on a command line.
+_WITH_SCENE_KEY = 'set -a; . "$0"; OPENAI_API_KEY="${VLLM_API_KEY-}"; exec "$@"'
+
+
+def bench_command(scene: dict[str, Any], release_link: str, config_dir: str, host: str, result_dir: str,
+                  result_file: str, load: dict[str, Any]) -> list[str]:
+    """Return the argv of a `vllm bench serve` run of the host's own release against a scene: random prompts of
+    load's lengths (input_len, output_len, optional prefix_len shared by all) at its concurrency, saved as JSON."""
+    argv = [f"{release_link}/bin/vllm", "bench", "serve", "--backend=openai-chat", "--endpoint=/v1/chat/completions",
+            f"--base-url={local_url(scene['host'], scene['port'])}", f"--model={scene['served_model_name']}",
+            f"--tokenizer={scene['model_path']}", "--dataset-name=random",
+            f"--random-input-len={load['input_len']}", f"--random-output-len={load['output_len']}",
+            f"--num-prompts={load['prompts']}", f"--max-concurrency={load['concurrency']}", "--request-rate=inf",
+            f"--num-warmups={load.get('warmups', 0)}", "--ignore-eos", "--percentile-metrics=ttft,tpot,itl,e2el",
+            "--metric-percentiles=50,90,99", "--save-result", f"--result-dir={result_dir}",
+            f"--result-filename={result_file}", f"--metadata=host={host}", f"--metadata=scene={scene['name']}"]
+    if load.get("prefix_len"):
+        argv.append(f"--random-prefix-len={load['prefix_len']}")
+    return ["sh", "-c", _WITH_SCENE_KEY, f"{config_dir}/{scene['name']}.env", *argv, *load.get("extra", [])]

@@ -1,5 +1,5 @@
 """Ansible filters over vllm-fleet's pure logic (lib/vllm_fleet): scenes, model weights, capacity plans, hardware
-rules, verification, rollouts, in-sync checks, wheelhouse locks, compile-cache bundles and the fleet gateway."""
+rules, verification, rollouts, in-sync checks, wheelhouse locks, compile-cache bundles, the fleet gateway and tuning."""
 
 from __future__ import annotations
 
@@ -17,13 +17,13 @@ from ansible.errors import AnsibleFilterError
 if __name__.startswith("ansible_collections."):
     from ..plugin_utils.vllm_fleet import (
         FleetError, cards, compile_cache, driver, gateway, hardware, in_sync, models, monitoring, planner, rollout, scenes,
-        vault, verify, wheelhouse,
+        tuning, vault, verify, wheelhouse,
     )
 else:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
     from vllm_fleet import (
         FleetError, cards, compile_cache, driver, gateway, hardware, in_sync, models, monitoring, planner, rollout, scenes,
-        vault, verify, wheelhouse,
+        tuning, vault, verify, wheelhouse,
     )
 
 
@@ -116,6 +116,7 @@ class FilterModule:
             "vllm_fleet_slo_targets": _guarded(verify.targets_for),
             "vllm_fleet_scene_report": _guarded(verify.scene_report),
             "vllm_fleet_verdict_record": _guarded(verify.verdict_record),
+            "vllm_fleet_bench_command": verify.bench_command,
             "vllm_fleet_gpu_limits": monitoring.gpu_limits,
             "vllm_fleet_scrape_targets": monitoring.scrape_targets,
             "vllm_fleet_prometheus_config": monitoring.prometheus_config,
@@ -158,4 +159,11 @@ class FilterModule:
             "vllm_fleet_gateway_error": gateway.error_document,
             "vllm_fleet_gateway_tls_problems": gateway.tls_problems,
             "vllm_fleet_lab_secret_problem": vault.lab_secret_problem,
+            "vllm_fleet_tune_plan": tuning.sweep_plan,
+            "vllm_fleet_tune_candidate_scenes": tuning.candidate_scenes,
+            "vllm_fleet_tune_step": _guarded(tuning.step),
+            "vllm_fleet_tune_stop_reason": tuning.stop_reason,
+            "vllm_fleet_tune_report": tuning.report,
+            "vllm_fleet_tune_markdown": tuning.markdown,
+            "vllm_fleet_tune_suggested_vars": tuning.suggested_vars,
         }
