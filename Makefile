@@ -81,6 +81,7 @@ bench: setup lab-model  ## timings (medians over several runs), see docs/benchma
 	$(BIN)/python benchmarks/check_bench.py
 	$(BIN)/python benchmarks/gateway_bench.py
 	$(BIN)/python benchmarks/monitoring_bench.py
+	$(BIN)/python benchmarks/tune_bench.py
 
 clean: lab-down
 	rm -rf .cache

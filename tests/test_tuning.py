@@ -244,3 +244,11 @@ def test_the_plot_tool_draws_a_report_file(tmp_path: object) -> None:
     tuning_plot.main([str(directory / "r.json"), str(directory / "r.png"), str(directory / "r.svg")])
     assert (directory / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert 'id="goodput-deployed"' in (directory / "r.svg").read_text()
+
+
+def test_candidates_are_refused_where_the_tuner_cannot_restart_the_scene() -> None:
+    """Without systemd the tuner can sweep the deployed settings only."""
+    listed = [{"name": "a", "engine_args": {"max-num-seqs": 8}}]
+    (problem,) = plan(candidates=listed, restarts=False)["problems"]
+    assert problem.startswith("h1: vllm_tune_candidates: the host's scenes do not run under systemd")
+    assert plan(restarts=False)["problems"] == []

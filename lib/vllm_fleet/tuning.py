@@ -197,6 +197,11 @@ def sweep_plan(host: str, scene: dict[str, Any], settings: dict[str, Any], targe
         plan["levels"] = levels(int(scene["engine_args"].get("max-num-seqs", 16)), ceiling)
     except TuningError as error:
         return {**plan, "problems": [f"{host}: {error}"]}
+    if len(plan["candidates"]) > 1 and not settings.get("restarts", True):
+        problems.append(f"{host}: vllm_tune_candidates: the host's scenes do not run under systemd "
+                        "(vllm_fleet_service_manager none), so the tuner cannot start a candidate: leave "
+                        f"vllm_tune_candidates.{name} empty to tune the deployed settings, and start each candidate "
+                        "yourself")
     plan["sweep"] = [{"concurrency": level, "prompts": max(int(settings["min_prompts"]), level * int(settings["rounds"]))}
                      for level in plan["levels"]]
     per_request = sum(plan["lengths"].values())
