@@ -120,7 +120,19 @@ def test_path_entries_by_kind() -> None:
     assert logic.path_entry(stat_of(0o100640, 12, 7), None) == ["file", 0, 0, 0o640, 12, 7]
 
 
-FINGERPRINT = {"host": {"kernel": "6.1"}, "unit": {"vllm-scene-realtime.service": "loaded/active/running"},
+def test_a_timer_is_in_the_same_state_while_its_service_runs() -> None:
+    """A timer's sub-state flips from waiting to running each time its service runs (every 15 s for the host's
+    metrics): only the load and active states count, which a crashed or stopped unit changes."""
+    waiting = "vllm-fleet-host-metrics.timer loaded active waiting vllm-fleet host metrics every 15s\n"
+    running = "vllm-fleet-host-metrics.timer loaded active running vllm-fleet host metrics every 15s\n"
+    assert logic.unit_states_of(waiting) == logic.unit_states_of(running) == {
+        "vllm-fleet-host-metrics.timer": "loaded/active"}
+    failed = "vllm-scene-realtime.service loaded failed failed vLLM scene realtime\n"
+    assert logic.unit_states_of(failed) == {"vllm-scene-realtime.service": "loaded/failed"}
+    assert logic.unit_states_of("\n") == {}
+
+
+FINGERPRINT = {"host": {"kernel": "6.1"}, "unit": {"vllm-scene-realtime.service": "loaded/active"},
                "path": {"/etc/vllm/scenes/realtime.yaml": ["file", 0, 0, 0o644, 10, 1]}}
 
 
@@ -130,8 +142,8 @@ FINGERPRINT = {"host": {"kernel": "6.1"}, "unit": {"vllm-scene-realtime.service"
     ({"inputs": "d", "fingerprint": FINGERPRINT}, "d", {**FINGERPRINT, "host": {"kernel": "6.2"}},
      "host kernel changed (6.1 -> 6.2)"),
     ({"inputs": "d", "fingerprint": FINGERPRINT}, "d",
-     {**FINGERPRINT, "unit": {"vllm-scene-realtime.service": "loaded/failed/failed"}},
-     "unit vllm-scene-realtime.service changed (loaded/active/running -> loaded/failed/failed)"),
+     {**FINGERPRINT, "unit": {"vllm-scene-realtime.service": "loaded/failed"}},
+     "unit vllm-scene-realtime.service changed (loaded/active -> loaded/failed)"),
     ({"inputs": "d", "fingerprint": FINGERPRINT}, "d", {**FINGERPRINT, "unit": {}},
      "unit vllm-scene-realtime.service is gone"),
     ({"inputs": "d", "fingerprint": FINGERPRINT}, "d",

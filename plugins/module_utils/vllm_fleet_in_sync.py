@@ -20,6 +20,13 @@ def path_entry(info: Any, link_target: str | None) -> list[Any]:
     return ["file", *owner, info.st_size, info.st_mtime_ns]
 
 
+def unit_states_of(listing: str) -> dict[str, str]:
+    """Return unit -> "load/active" from `systemctl list-units --plain --no-legend` lines; the sub-state is left out,
+    as a timer's flips from waiting to running each time its service runs (a crashed unit changes its active state)."""
+    return {fields[0]: "/".join(fields[1:3]) for fields in (line.split() for line in listing.splitlines())
+            if len(fields) >= 4}
+
+
 def _first_change(kind: str, recorded: dict[str, Any], current: dict[str, Any]) -> str:
     """Return the first key whose value differs between two maps, described, or ""."""
     for key in sorted(set(recorded) | set(current)):

@@ -88,7 +88,7 @@ from typing import Any  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 # Relative: from the repo it is ansible.module_utils.<file> (ansible.cfg's module_utils), in a collection its own.
-from ..module_utils.vllm_fleet_in_sync import Fingerprint, difference, path_entry  # noqa: E402
+from ..module_utils.vllm_fleet_in_sync import Fingerprint, difference, path_entry, unit_states_of  # noqa: E402
 
 NVIDIA = Path("/proc/driver/nvidia")
 
@@ -129,13 +129,12 @@ def path_fingerprint(trees: list[str], paths: list[str]) -> dict[str, list[Any]]
 
 
 def unit_states(patterns: list[str]) -> dict[str, str]:
-    """Return unit -> "load/active/sub" for the loaded units matching the patterns ({} without systemd)."""
+    """Return unit -> "load/active" for the loaded units matching the patterns ({} without systemd)."""
     if not patterns or not shutil.which("systemctl"):
         return {}
     listing = subprocess.run(["systemctl", "list-units", "--all", "--plain", "--no-legend", "--no-pager", *patterns],
                              capture_output=True, text=True, check=False).stdout
-    return {fields[0]: "/".join(fields[1:4]) for fields in (line.split() for line in listing.splitlines())
-            if len(fields) >= 4}
+    return unit_states_of(listing)
 
 
 def read_record(path: Path) -> dict[str, Any] | None:
