@@ -221,6 +221,9 @@ def test_a_candidate_sets_its_engine_arguments_over_its_scene_only() -> None:
     assert tuning.candidate_scenes(scenes, "realtime", {"max-num-batched-tokens": 1024}) == [
         {"name": "realtime", "port": 8000, "engine_args": {"max-num-seqs": 16, "max-num-batched-tokens": 1024}},
         {"name": "batch"}]
+    spelled = [{"name": "realtime", "engine_args": {"max_num_seqs": 16, "dtype": "half"}}]
+    assert tuning.candidate_scenes(spelled, "realtime", {"max-num-seqs": 8}) == [
+        {"name": "realtime", "engine_args": {"dtype": "half", "max-num-seqs": 8}}]
 
 
 def test_the_report_holds_what_was_swept_and_the_verdict() -> None:
@@ -233,7 +236,7 @@ def test_the_report_holds_what_was_swept_and_the_verdict() -> None:
 
 
 def test_the_plot_tool_draws_a_report_file(tmp_path: object) -> None:
-    """python -m vllm_fleet.tuning_plot REPORT PICTURES... (what playbooks/tune.yml runs) writes each picture."""
+    """lib/vllm_fleet/tuning_plot.py REPORT PICTURES... (what playbooks/tune.yml runs) writes each picture."""
     import json
     from pathlib import Path
 
@@ -252,3 +255,11 @@ def test_candidates_are_refused_where_the_tuner_cannot_restart_the_scene() -> No
     (problem,) = plan(candidates=listed, restarts=False)["problems"]
     assert problem.startswith("h1: vllm_tune_candidates: the host's scenes do not run under systemd")
     assert plan(restarts=False)["problems"] == []
+
+
+def test_a_candidate_with_more_sequences_is_swept_to_twice_its_own() -> None:
+    """The levels reach twice the largest max_num_seqs among the deployed settings and the candidates."""
+    listed = [{"name": "seqs64", "engine_args": {"max_num_seqs": 64}}]
+    assert plan(candidates=listed)["levels"] == [1, 2, 4, 8, 16, 32, 64, 128]
+    (problem,) = plan(candidates=[{"name": "x", "engine_args": {"max-num-seqs": "many"}}])["problems"]
+    assert problem.startswith("h1: vllm_tune_candidates.realtime: max-num-seqs")

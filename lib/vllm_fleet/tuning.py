@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from . import FleetError
+from .scenes import dash
 
 DEFAULT_SHARE = 0.99
 # The candidate that runs the scene as deployed; the user's candidates are compared with it.
@@ -177,6 +178,15 @@ def check_candidates(scene: str, listed: Any) -> list[dict[str, Any]]:
     return found
 
 
+def most_seqs(scene: dict[str, Any], candidates: list[dict[str, Any]]) -> int:
+    """Return the largest max_num_seqs of the scene and its candidates: every candidate is swept as far (twice it)."""
+    found = [scene["engine_args"].get("max-num-seqs", 16)]
+    found += [v for c in candidates for k, v in c["engine_args"].items() if dash(k) == "max-num-seqs"]
+    if any(isinstance(n, bool) or not isinstance(n, int) for n in found):
+        raise TuningError(f"vllm_tune_candidates.{scene['name']}: max-num-seqs {found!r} must be whole numbers")
+    return max(found)
+
+
 def step_seconds(targets: dict[str, float], lengths: dict[str, int], prompts: int) -> float:
     """Return how long the sweep's first step (concurrency 1) takes when each request just meets the SLO."""
     return prompts * (targets["p99_ttft_ms"] + lengths["output_len"] * targets["p99_tpot_ms"]) / 1000
@@ -194,7 +204,7 @@ def sweep_plan(host: str, scene: dict[str, Any], settings: dict[str, Any], targe
         plan["lengths"] = bench_lengths(settings["mix"], f"vllm_tune_mixes.{name}")
         plan["candidates"] = check_candidates(name, settings["candidates"])
         ceiling = int(settings["max_concurrency"]) or None
-        plan["levels"] = levels(int(scene["engine_args"].get("max-num-seqs", 16)), ceiling)
+        plan["levels"] = levels(most_seqs(scene, plan["candidates"]), ceiling)
     except TuningError as error:
         return {**plan, "problems": [f"{host}: {error}"]}
     if len(plan["candidates"]) > 1 and not settings.get("restarts", True):
@@ -228,9 +238,13 @@ def stop_reason(steps: list[dict[str, Any]], share: float, concurrency: int, rc:
 
 
 def candidate_scenes(scenes: list[dict[str, Any]], scene: str, engine_args: dict[str, Any]) -> list[dict[str, Any]]:
-    """Return the scene list with one scene's engine arguments set over its own (a candidate's settings)."""
-    return [{**s, "engine_args": {**(s.get("engine_args") or {}), **engine_args}} if s.get("name") == scene else s
-            for s in scenes]
+    """Return the scene list with one scene's engine arguments set over its own (a candidate's settings), an argument
+    the scene spells the other way (max_num_seqs, max-num-seqs) replaced, not doubled."""
+    def merged(own: dict[str, Any]) -> dict[str, Any]:
+        """Return own engine arguments with the candidate's over them."""
+        replaced = {dash(key) for key in engine_args}
+        return {**{k: v for k, v in own.items() if dash(k) not in replaced}, **engine_args}
+    return [{**s, "engine_args": merged(s.get("engine_args") or {})} if s.get("name") == scene else s for s in scenes]
 
 
 def report(host: str, plan: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[str, Any]:
