@@ -263,3 +263,30 @@ def test_a_candidate_with_more_sequences_is_swept_to_twice_its_own() -> None:
     assert plan(candidates=listed)["levels"] == [1, 2, 4, 8, 16, 32, 64, 128]
     (problem,) = plan(candidates=[{"name": "x", "engine_args": {"max-num-seqs": "many"}}])["problems"]
     assert problem.startswith("h1: vllm_tune_candidates.realtime: max-num-seqs")
+
+
+def test_separate_runs_are_judged_together_named_and_with_the_arguments_that_differ(tmp_path: object) -> None:
+    """tools/tune_merge.py: each run's deployed sweep becomes a named candidate; its engine arguments are those that
+    differ from the first run's; the best knee wins; the report, its table and its pictures are written."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    directory = Path(str(tmp_path))
+    runs = {"preset": ({"max-num-seqs": 16, "dtype": "half"}, sweep(1.0, 1.0, 0.5)),
+            "seqs64": ({"max-num-seqs": 64, "dtype": "half"}, sweep(1.0, 1.0, 1.0))}
+    for name, (args, steps) in runs.items():
+        found = tuning.sweep_plan("h1", {"name": "realtime", "engine_args": args}, SETTINGS, TARGETS, None)
+        result = tuning.report("h1", found, [{"name": "deployed", "engine_args": {}, "steps": steps}])
+        (directory / f"{name}.json").write_text(json.dumps(result))
+    merged = tuning.merge([(n, json.loads((directory / f"{n}.json").read_text())) for n in runs])
+    assert [(c["name"], c["engine_args"]) for c in merged["candidates"]] == [("preset", {}),
+                                                                             ("seqs64", {"max-num-seqs": 64})]
+    assert merged["winner"] == "seqs64" and merged["candidates"][1]["knee"]["concurrency"] == 4
+    done = subprocess.run([sys.executable, str(REPO / "tools" / "tune_merge.py"), "--out", str(directory / "all"),
+                           f"preset={directory / 'preset.json'}", f"seqs64={directory / 'seqs64.json'}"],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("seqs64: ")
+    assert (directory / "all.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "## seqs64 (max-num-seqs=64): knee at concurrency 4" in (directory / "all.md").read_text()

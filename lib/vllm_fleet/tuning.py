@@ -198,7 +198,8 @@ def sweep_plan(host: str, scene: dict[str, Any], settings: dict[str, Any], targe
     and budget, with `problems`, each naming host, variable and fix (the plan is not run while there are any)."""
     name, problems = scene["name"], []
     plan: dict[str, Any] = {"scene": name, "targets": targets, "budget": int(settings["budget"]), "levels": [],
-                            "sweep": [], "candidates": [], "goodput_args": goodput_args(targets)}
+                            "sweep": [], "candidates": [], "goodput_args": goodput_args(targets),
+                            "engine_args": dict(scene.get("engine_args") or {})}
     try:
         plan["share"] = check_share(settings["share"])
         plan["lengths"] = bench_lengths(settings["mix"], f"vllm_tune_mixes.{name}")
@@ -250,4 +251,15 @@ def candidate_scenes(scenes: list[dict[str, Any]], scene: str, engine_args: dict
 def report(host: str, plan: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[str, Any]:
     """Return a scene's tuning report: what was swept and how, and the verdict on its candidates."""
     return {"host": host, "scene": plan["scene"], "slo": plan["targets"], "lengths": plan["lengths"],
-            "levels": plan["levels"], **verdict(candidates, plan["share"])}
+            "levels": plan["levels"], "engine_args": plan["engine_args"], **verdict(candidates, plan["share"])}
+
+
+def merge(named: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Return one report judging together the deployed settings of separate tuning runs of a scene (a host without
+    systemd, each candidate started by hand), each named, its engine arguments those differing from the first's."""
+    base = named[0][1]
+    candidates = [{**report["candidates"][0], "name": name,
+                   "engine_args": {k: v for k, v in report["engine_args"].items() if base["engine_args"].get(k) != v}}
+                  for name, report in named]
+    kept = {key: base[key] for key in ("host", "scene", "slo", "lengths", "levels", "engine_args")}
+    return {**kept, **verdict(candidates, base["share"])}
