@@ -33,8 +33,10 @@ UNSTARTABLE = {"name": "toolong", "engine_args": {"max-model-len": 1048576}}
 
 
 def playbook(name: str, *extra: Any) -> subprocess.CompletedProcess[str]:
-    """Run one of the kit's playbooks on the GPU host with these extra vars (dicts, as JSON)."""
-    args = [a for value in extra for a in ("-e", json.dumps(value) if isinstance(value, dict) else value)]
+    """Run one of the kit's playbooks on the GPU host with these extra vars (dicts as JSON, key=value strings) and
+    options (strings starting with -)."""
+    args = [a for value in extra for a in ([value] if str(value).startswith("-") else
+                                           ["-e", json.dumps(value) if isinstance(value, dict) else value])]
     return run_playbook(SCENARIO, LAB, GPU_HOST, str(REPO / "playbooks" / name), *args)
 
 
@@ -57,7 +59,8 @@ def runs() -> dict[str, Any]:
     shutil.rmtree(REPORTS, ignore_errors=True)
     found: dict[str, Any] = {"before": scene_state()}
     found["in_rotation"] = playbook("tune.yml", SMALL, {"vllm_tune_report_dir": str(REPORTS / "refused")})
-    found["bad_inputs"] = playbook("tune.yml", SMALL, {"vllm_tune_time_budget": 1, "vllm_tune_max_concurrency": 100000})
+    found["bad_inputs"] = playbook("tune.yml", SMALL, {"vllm_tune_time_budget": 1, "vllm_tune_max_concurrency": 10**7})
+    found["check"] = playbook("tune.yml", SMALL, "--check")
     found["after_refusals"] = scene_state()
     drained = playbook("rotation.yml", "vllm_gateway_rotation=drain")
     assert drained.returncode == 0, drained.stdout[-3000:]
@@ -91,8 +94,16 @@ def test_a_budget_below_one_step_and_a_sweep_beyond_the_kv_cache_are_refused() -
     output = runs()["bad_inputs"].stdout
     assert runs()["bad_inputs"].returncode != 0
     assert f"{GPU_HOST}: vllm_tune_time_budget: 1 s is less than one step of the sweep of realtime" in output, output[-3000:]
-    assert f"{GPU_HOST}: vllm_tune_max_concurrency: the sweep's top concurrency 100000" in output
+    assert f"{GPU_HOST}: vllm_tune_max_concurrency: the sweep's top concurrency {10**7}" in output
     assert "TASK [Take the host's run lock" not in output
+
+
+def test_check_mode_checks_the_inputs_and_stops_before_any_change() -> None:
+    """A preview (--check) passes the preflight, says it stops, and neither locks, restarts nor load-tests."""
+    check = runs()["check"]
+    assert check.returncode == 0, check.stdout[-3000:]
+    assert "check mode stops here" in check.stdout
+    assert "Load-test the scene" not in check.stdout
 
 
 def test_the_sweep_finds_a_knee_and_writes_the_report_picture_and_vars() -> None:
