@@ -60,11 +60,12 @@ def runs() -> dict[str, Any]:
     found: dict[str, Any] = {"before": scene_state()}
     found["in_rotation"] = playbook("tune.yml", SMALL, {"vllm_tune_report_dir": str(REPORTS / "refused")})
     found["bad_inputs"] = playbook("tune.yml", SMALL, {"vllm_tune_time_budget": 1, "vllm_tune_max_concurrency": 10**7})
-    found["check"] = playbook("tune.yml", SMALL, "--check")
     found["after_refusals"] = scene_state()
     drained = playbook("rotation.yml", "vllm_gateway_rotation=drain")
     assert drained.returncode == 0, drained.stdout[-3000:]
     try:
+        found["check"] = playbook("tune.yml", SMALL, "--check")
+        found["after_check"] = scene_state()
         found["tuned"] = playbook("tune.yml", SMALL, {"vllm_tune_candidates": {"realtime": [UNSTARTABLE]},
                                                       "vllm_tune_report_dir": str(REPORTS / "tuned")})
         found["after_tuned"] = scene_state()
@@ -104,6 +105,7 @@ def test_check_mode_checks_the_inputs_and_stops_before_any_change() -> None:
     assert check.returncode == 0, check.stdout[-3000:]
     assert "check mode stops here" in check.stdout
     assert "Load-test the scene" not in check.stdout
+    assert runs()["after_check"] == runs()["before"]
 
 
 def test_the_sweep_finds_a_knee_and_writes_the_report_picture_and_vars() -> None:
