@@ -290,3 +290,11 @@ def test_separate_runs_are_judged_together_named_and_with_the_arguments_that_dif
     assert done.stdout.startswith("seqs64: ")
     assert (directory / "all.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "## seqs64 (max-num-seqs=64): knee at concurrency 4" in (directory / "all.md").read_text()
+
+
+def test_a_host_the_gateways_route_to_is_refused_with_the_drain_command() -> None:
+    """The refusal names host, gateways and the commands that take it out of rotation and back."""
+    (problem,) = tuning.routing_problems("gpu1", ["gw1", "gw2"])
+    assert problem.startswith("gpu1: the gateway gw1, gw2 still routes requests to its scenes")
+    assert "ansible-playbook playbooks/rotation.yml -l gpu1 -e vllm_gateway_rotation=drain" in problem
+    assert tuning.routing_problems("gpu1", []) == []

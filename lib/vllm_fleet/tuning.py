@@ -229,6 +229,16 @@ def sweep_plan(host: str, scene: dict[str, Any], settings: dict[str, Any], targe
     return {**plan, "problems": problems}
 
 
+def routing_problems(host: str, gateways: list[str]) -> list[str]:
+    """Return the refusal of a host that these gateways still route requests to (none when the list is empty)."""
+    if not gateways:
+        return []
+    return [f"{host}: the gateway {', '.join(gateways)} still routes requests to its scenes, whose load would share the "
+            f"card with the sweep and skew every figure: drain the host first with ansible-playbook "
+            f"playbooks/rotation.yml -l {host} -e vllm_gateway_rotation=drain, and put it back with "
+            "-e vllm_gateway_rotation=ready once the tuning is done"]
+
+
 def stop_reason(steps: list[dict[str, Any]], share: float, concurrency: int, rc: int, error: str) -> str:
     """Return why the sweep stops after the step at this concurrency (rc and error: its load test's), or ""."""
     if rc == 124:

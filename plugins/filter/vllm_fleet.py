@@ -161,6 +161,7 @@ class FilterModule:
             "vllm_fleet_lab_secret_problem": vault.lab_secret_problem,
             "vllm_fleet_tune_plan": tuning.sweep_plan,
             "vllm_fleet_tune_candidate_scenes": tuning.candidate_scenes,
+            "vllm_fleet_tune_routing_problems": tuning.routing_problems,
             "vllm_fleet_tune_step": _guarded(tuning.step),
             "vllm_fleet_tune_stop_reason": tuning.stop_reason,
             "vllm_fleet_tune_report": tuning.report,

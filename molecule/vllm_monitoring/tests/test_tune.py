@@ -58,8 +58,9 @@ def runs() -> dict[str, Any]:
     impossible SLO; back in rotation. Return each run's output and the scene's state before and after."""
     shutil.rmtree(REPORTS, ignore_errors=True)
     found: dict[str, Any] = {"before": scene_state()}
-    found["in_rotation"] = playbook("tune.yml", SMALL, {"vllm_tune_report_dir": str(REPORTS / "refused")})
-    found["bad_inputs"] = playbook("tune.yml", SMALL, {"vllm_tune_time_budget": 1, "vllm_tune_max_concurrency": 10**7})
+    # One run, every problem in its refusal: the host is in rotation, its budget and its sweep's top are wrong.
+    found["refused"] = playbook("tune.yml", SMALL, {"vllm_tune_time_budget": 1, "vllm_tune_max_concurrency": 10**7,
+                                                    "vllm_tune_report_dir": str(REPORTS / "refused")})
     found["after_refusals"] = scene_state()
     drained = playbook("rotation.yml", "vllm_gateway_rotation=drain")
     assert drained.returncode == 0, drained.stdout[-3000:]
@@ -79,24 +80,18 @@ def runs() -> dict[str, Any]:
     return found
 
 
-def test_a_host_the_gateway_routes_to_is_refused_before_anything_changes() -> None:
-    """The refusal names the host, the gateway and the drain command; the scene was not touched."""
+def test_a_host_in_rotation_a_budget_below_one_step_and_a_sweep_beyond_the_kv_cache_are_refused() -> None:
+    """One refusal, a line for each problem with host, variable and fix, before the lock: the scene was not touched."""
     found = runs()
-    output = found["in_rotation"].stdout
-    assert found["in_rotation"].returncode != 0
+    output = found["refused"].stdout
+    assert found["refused"].returncode != 0
     assert f"{GPU_HOST}: the gateway mmon2 still routes requests to its scenes" in output, output[-3000:]
-    assert "playbooks/rotation.yml -l mmon1 -e vllm_gateway_rotation=drain" in output
-    assert found["after_refusals"] == found["before"]
-    assert not (REPORTS / "refused").exists()
-
-
-def test_a_budget_below_one_step_and_a_sweep_beyond_the_kv_cache_are_refused() -> None:
-    """Both problems in one refusal, each with host, variable and fix, before any change."""
-    output = runs()["bad_inputs"].stdout
-    assert runs()["bad_inputs"].returncode != 0
-    assert f"{GPU_HOST}: vllm_tune_time_budget: 1 s is less than one step of the sweep of realtime" in output, output[-3000:]
+    assert f"playbooks/rotation.yml -l {GPU_HOST} -e vllm_gateway_rotation=drain" in output
+    assert f"{GPU_HOST}: vllm_tune_time_budget: 1 s is less than one step of the sweep of realtime" in output
     assert f"{GPU_HOST}: vllm_tune_max_concurrency: the sweep's top concurrency {10**7}" in output
     assert "TASK [Take the host's run lock" not in output
+    assert found["after_refusals"] == found["before"]
+    assert not (REPORTS / "refused").exists()
 
 
 def test_check_mode_checks_the_inputs_and_stops_before_any_change() -> None:
