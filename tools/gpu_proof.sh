@@ -18,10 +18,10 @@
 #                             site.yml seeds from the bundle; host B's first start, timed against A's; with
 #                             GPU_PROOF_EXTRAS=1 also a warm restart and host B's cache without flashinfer
 #                             (GPU_PROOF_DEADLINE: seconds into the step after which it stops waiting, 575)
-#   tune SCENE CANDIDATE      one candidate of inventory/extra-vars/gpu-proof-tune.yml (preset first): rendered by
-#                             playbooks/scenes.yml, started from its unit unless it runs already as rendered, and swept by
-#                             playbooks/tune.yml; its report in $OUT/tune-SCENE-CANDIDATE.tar.gz (tools/tune_merge.py
-#                             judges the candidates together on the controller)
+#   tune-start NAME PORT...   start each scene in turn, the next once the one before answers (vLLM sizes its KV cache
+#                             from the card's free memory: another scene's allocations must not come and go meanwhile)
+#   tune NAME...              playbooks/tune.yml over these scenes (-e @inventory/extra-vars/gpu-proof-tune.yml), its
+#                             reports straight into $OUT/tune (what a cut-off call wrote still comes back)
 #   gateway-pack GPU GW       ON THE CONTROLLER, with `make lab` up: the kit's HAProxy configs as the lab rendered them
 #                             (GPU: the lab GPU host's address, GW: the gateway's), moved to this one host's loopback,
 #                             into .gpu-gateway/, and the controller's haproxy binary and its libraries into .gpu-tools/
@@ -168,37 +168,25 @@ bench_gateway() {  # bench_gateway NAME URL KEY SEED: vllm bench serve against U
     --result-dir="$STATE" --result-filename="bench-$1.json" >"$STATE/bench-$1.log" 2>&1
 }
 
-tune_vars() {  # tune_vars SCENE CANDIDATE: write $STATE/tune-SCENE-CANDIDATE.json (extra vars); print the scene's port
-  python3 - "$1" "$2" "$STATE" <<'PY'
-import json, sys, yaml
-scene, name, state = sys.argv[1:]
-spec = yaml.safe_load(open("inventory/extra-vars/gpu-proof-tune.yml"))["gpu_proof_tune"][scene]
-entry = {**spec["scene"], "engine_args": spec["candidates"][name]}
-extra = {"vllm_scenes_list": [entry], "vllm_tune_scenes": [scene], "vllm_tune_max_concurrency": spec["max_concurrency"],
-         "vllm_scenes_share_compile_cache": False}
-open(f"{state}/tune-{scene}-{name}.json", "w").write(json.dumps(extra))
-print(spec["port"])
-PY
-}
-
 case ${1:-} in
+  tune-start)
+    shift
+    while (( $# >= 2 )); do
+      python3 tools/run_scene.py status "$1" >/dev/null 2>&1 || start_scene "$1"
+      healthy "$1" "$2" "start-$1" || { pack tune-start; exit 1; }
+      grep -E "GPU KV cache size|Maximum concurrency|non-default args" "$STATE/scene-$1.log" | cut -c1-400 >>"$STATE/summary.txt"
+      shift 2
+    done
+    pack tune-start
+    ;;
   tune)
     ansible_tools
-    port=$(tune_vars "$2" "$3") || exit 1
-    extra=(-e @"$STATE/tune-$2-$3.json")
-    timed "scenes-$2-$3" ansible-playbook "${INVENTORY[@]}" playbooks/scenes.yml "${extra[@]}"
-    if ! grep -q 'changed=0 ' "$STATE/scenes-$2-$3.log" || ! python3 tools/run_scene.py status "$2" >/dev/null 2>&1; then
-      for running in realtime batch; do python3 tools/run_scene.py status "$running" >/dev/null 2>&1 && stop_scene "$running"; done
-      start_scene "$2" "$3"
-    fi
-    healthy "$2" "$port" "start-$2-$3" || { pack "tune-$2-$3"; exit 1; }
-    grep -E "GPU KV cache size|Maximum concurrency|non-default args" "$STATE/scene-$2-$3.log" 2>/dev/null | cut -c1-400 \
-      >>"$STATE/summary.txt"
-    timed "tune-$2-$3" ansible-playbook "${INVENTORY[@]}" playbooks/tune.yml "${extra[@]}" \
-      -e vllm_tune_report_dir="$STATE/tune-$2-$3" -e vllm_verify_report_dir="$STATE/tune-verify-$2-$3"
-    grep -E "what the tuning found|tune-$2-$3/" "$STATE/tune-$2-$3.log" | tail -3 >>"$STATE/summary.txt"
+    scenes=$(python3 -c 'import json, sys; print(json.dumps({"vllm_tune_scenes": sys.argv[1:]}))' "${@:2}")
+    timed "tune-$2" ansible-playbook "${INVENTORY[@]}" playbooks/tune.yml -e @inventory/extra-vars/gpu-proof-tune.yml \
+      -e "$scenes" -e vllm_tune_report_dir="$OUT/tune" -e vllm_verify_report_dir="$STATE/tune-verify-$2"
+    grep -E "msg: .*(within the SLO|no setting)" "$STATE/tune-$2.log" | cut -c1-400 >>"$STATE/summary.txt"
     echo "-- step took ${SECONDS} s" >>"$STATE/summary.txt"
-    pack "tune-$2-$3"
+    pack "tune-$2"
     ;;
   gateway-pack)
     rm -rf .gpu-gateway .gpu-tools/haproxy && mkdir -p .gpu-gateway .gpu-tools/haproxy/lib
