@@ -99,6 +99,17 @@ def test_check_mode_sends_nothing(fake: FakeHAProxy, capsys: pytest.CaptureFixtu
     assert result["changed"] is True and fake.commands == []
 
 
+def test_routed_says_whether_the_gateway_still_sends_the_host_new_requests(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """playbooks/tune.yml asks in check mode: a host with any server up is routed; a drained one is not."""
+    up = run_main(capsys, socket=str(FakeHAProxy(tmp_path / "up.sock", UP).path), host="gpu1", state="drain",
+                  _ansible_check_mode=True)
+    maint = "\n".join(line.replace(",UP,", ",MAINT,") if ",gpu1:" in line else line for line in UP.splitlines())
+    drained = run_main(capsys, socket=str(FakeHAProxy(tmp_path / "d.sock", maint).path), host="gpu1", state="drain",
+                       _ansible_check_mode=True)
+    assert (up["routed"], drained["routed"], drained["changed"]) == (True, False, False)
+
+
 def test_ready_fails_when_a_scene_stays_down(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Putting back a host whose scene never passes its health check fails, naming the server and its state."""
     down = FakeHAProxy(tmp_path / "down.sock", UP)

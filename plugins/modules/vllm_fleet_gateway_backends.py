@@ -68,6 +68,10 @@ servers:
   description: The host's servers, as C(backend/server).
   type: list
   returned: always
+routed:
+  description: Whether the gateway routed new requests to any of them when the module started (none drained or in maintenance).
+  type: bool
+  returned: always
 in_flight:
   description: Requests still in flight on them when the module returned.
   type: int
@@ -104,8 +108,9 @@ def main() -> None:
     names = [f"{s['pxname']}/{s['svname']}" for s in found]
     limits = maxconn_commands(found, module.params["maxconn"]) if state == "ready" else []
     changed = needs_change(found, state) or bool(limits)
+    routed = needs_change(found, "drain")
     if module.check_mode or not found:
-        module.exit_json(changed=changed, servers=names, in_flight=in_flight(found), waited=0.0)
+        module.exit_json(changed=changed, servers=names, routed=routed, in_flight=in_flight(found), waited=0.0)
     for command in limits + commands(found, state):
         answer = ask(sock, command).strip()
         if answer:
@@ -119,8 +124,8 @@ def main() -> None:
     if state == "ready" and not serving(found):
         module.fail_json(msg=f"{module.params['host']}'s scenes are not up at the gateway after {waited} s: "
                              + ", ".join(f"{s['svname']} {s.get('status')} ({s.get('check_status')})" for s in found),
-                         servers=names, in_flight=in_flight(found), waited=waited)
-    module.exit_json(changed=changed, servers=names, in_flight=in_flight(found), waited=waited)
+                         servers=names, routed=routed, in_flight=in_flight(found), waited=waited)
+    module.exit_json(changed=changed, servers=names, routed=routed, in_flight=in_flight(found), waited=waited)
 
 
 if __name__ == "__main__":
