@@ -260,8 +260,12 @@ def candidate_scenes(scenes: list[dict[str, Any]], scene: str, engine_args: dict
 
 def report(host: str, plan: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[str, Any]:
     """Return a scene's tuning report: what was swept and how, and the verdict on its candidates."""
+    judged = verdict(candidates, plan["share"])
+    winner = next((c for c in judged["candidates"] if c["name"] == judged["winner"]), None)
+    if winner and winner["knee"]["concurrency"] == plan["levels"][-1]:
+        judged["message"] += " (the sweep's top: it may hold more; raise vllm_tune_max_concurrency to look further)"
     return {"host": host, "scene": plan["scene"], "slo": plan["targets"], "lengths": plan["lengths"],
-            "levels": plan["levels"], "engine_args": plan["engine_args"], **verdict(candidates, plan["share"])}
+            "levels": plan["levels"], "engine_args": plan["engine_args"], **judged}
 
 
 def merge(named: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
