@@ -233,7 +233,8 @@ def test_the_report_holds_what_was_swept_and_the_verdict() -> None:
     assert (result["host"], result["scene"], result["slo"], result["levels"]) == ("h1", "realtime", TARGETS,
                                                                                   [1, 2, 4, 8, 16, 32])
     assert result["winner"] == "deployed" and "sweep's top" not in result["message"]
-    at_top = tuning.report("h1", plan(max_concurrency=2), [{"name": "deployed", "engine_args": {}, "steps": sweep(1.0, 1.0)}])
+    steps = [{"name": "deployed", "engine_args": {}, "steps": sweep(1.0, 1.0)}]
+    at_top = tuning.report("h1", plan(max_concurrency=2), steps)
     assert at_top["message"].endswith("(the sweep's top: it may hold more; raise vllm_tune_max_concurrency to look further)")
 
 

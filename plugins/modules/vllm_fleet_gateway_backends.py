@@ -69,7 +69,7 @@ servers:
   type: list
   returned: always
 routed:
-  description: Whether the gateway routed new requests to any of them when the module started (none drained or in maintenance).
+  description: Whether the gateway routed new requests to any of them when the module started (not all in maintenance).
   type: bool
   returned: always
 in_flight:
