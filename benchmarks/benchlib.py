@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -70,6 +71,15 @@ def write_json(path: Path, results: Results) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n")
 
 
+def lab_arguments(description: str, runs: int) -> argparse.ArgumentParser:
+    """Return the options every lab benchmark takes: --runs, --keep (leave the lab up) and --reuse (use a kept one)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--runs", type=int, default=runs)
+    parser.add_argument("--keep", action="store_true", help="leave the lab up")
+    parser.add_argument("--reuse", action="store_true", help="use the lab a --keep run left up")
+    return parser
+
+
 class Lab:
     """A benchmark's own lab (tools/lab) on subnets 10.213.<first_index + n - 1>.0/24, and its scene's port."""
 
@@ -86,6 +96,13 @@ class Lab:
     def playbook(self, playbook_path: str, limit: str = "gpu_hosts", *extra: str) -> list[str]:
         """Return the argv of an ansible-playbook run on this lab."""
         return [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "inventory/lab", "-l", limit, playbook_path, *extra]
+
+    def converge(self, *extra: str) -> None:
+        """Converge the whole lab with site.yml, its verification skipped; raise BenchError on failure."""
+        done = subprocess.run(self.playbook("site.yml", "all", "--skip-tags", "verify", *extra), cwd=REPO, env=self.env,
+                              capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise BenchError(f"converge failed:\n{done.stdout[-3000:]}")
 
     def address(self, n: int) -> str:
         """Return the address of host n."""

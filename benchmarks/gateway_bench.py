@@ -9,14 +9,13 @@ Prints medians over --runs runs (and writes them with --json)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from benchlib import REPO, BenchError, Lab, markdown_table, write_json
+from benchlib import REPO, BenchError, Lab, lab_arguments, markdown_table, write_json
 
 sys.path.insert(0, str(REPO / "tools"))
 
@@ -62,10 +61,7 @@ def converge(*extra: str) -> None:
     """Converge the lab (site.yml without its verification) with the benchmark's scenes."""
     vars_file = Path("/tmp/gateway-bench-vars.json")
     vars_file.write_text(json.dumps(bench_vars(**KV_CAP)))
-    done = subprocess.run(LAB.playbook("site.yml", "all", "--skip-tags", "verify", "-e", f"@{vars_file}", *extra),
-                          cwd=REPO, env=LAB.env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise BenchError(f"converge failed:\n{done.stdout[-3000:]}")
+    LAB.converge("-e", f"@{vars_file}", *extra)
 
 
 def gateway_only(*extra: str) -> None:
@@ -122,10 +118,7 @@ def set_server(state: str) -> None:
 
 def main() -> int:
     """Bring up the lab, measure overhead and affinity, print the table and write the JSON."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--keep", action="store_true", help="leave the lab up")
-    parser.add_argument("--reuse", action="store_true", help="use the lab a --keep run left up")
+    parser = lab_arguments(__doc__, runs=3)
     parser.add_argument("--json", help="also write the timings to this file (relative to the repo)")
     args = parser.parse_args()
     if problem := LAB.up("gateway_bench.py", 2, 1, args.reuse):

@@ -10,14 +10,13 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import subprocess
 import sys
 import time
 
-from benchlib import REPO, BenchError, Lab
+from benchlib import REPO, Lab, lab_arguments
 
 LAB = Lab("mmnb", 248)  # indexes 248..249: away from `make lab-up`, molecule and the other benchmarks
 MODEL, TOKENIZER, VLLM = "tiny-qwen2", "/var/lib/vllm/models/tiny-qwen2-awq", "/opt/vllm/current/bin/vllm"
@@ -35,11 +34,7 @@ JOURNAL_WINDOW_S = 120
 
 def converge(*extra: str) -> None:
     """Converge the lab (site.yml without its verification) with Prometheus scraping every 15 s."""
-    done = subprocess.run(LAB.playbook("site.yml", "all", "--skip-tags", "verify", "-e",
-                                       "vllm_monitoring_scrape_interval=15s", *extra),
-                          cwd=REPO, env=LAB.env, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise BenchError(f"converge failed:\n{done.stdout[-3000:]}")
+    LAB.converge("-e", "vllm_monitoring_scrape_interval=15s", *extra)
 
 
 def bench(seed: int) -> dict[str, float]:
@@ -83,10 +78,7 @@ def verdict(runs: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, floa
 
 def main() -> int:
     """Bring up the lab, measure both modes alternately, print the verdict and write the JSON."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--keep", action="store_true", help="leave the lab up")
-    parser.add_argument("--reuse", action="store_true", help="use the lab a --keep run left up")
+    parser = lab_arguments(__doc__, runs=5)
     parser.add_argument("--json", help="also write the figures to this file (relative to the repo)")
     args = parser.parse_args()
     if problem := LAB.up("monitoring_bench.py", 1, 1, args.reuse):

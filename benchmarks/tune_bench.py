@@ -7,25 +7,16 @@ are copied to docs/ (--picture)."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
 import sys
 
-from benchlib import REPO, BenchError, Lab, markdown_table, record, timed
+from benchlib import REPO, Lab, lab_arguments, markdown_table, record, timed
 
 LAB = Lab("mtnb", 246)  # index 246: away from `make lab-up`, molecule and the other benchmarks
 REPORTS = REPO / "reports" / "tune-bench"
 BOUND_S = 360
-
-
-def converge() -> None:
-    """Converge the lab (site.yml without its verification)."""
-    done = subprocess.run(LAB.playbook("site.yml", "all", "--skip-tags", "verify"), cwd=REPO, env=LAB.env,
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise BenchError(f"converge failed:\n{done.stdout[-3000:]}")
 
 
 def tune() -> float:
@@ -36,17 +27,14 @@ def tune() -> float:
 
 def main() -> int:
     """Bring up the lab, time the tuning runs, print the table and the last run's verdict."""
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--keep", action="store_true", help="leave the lab up")
-    parser.add_argument("--reuse", action="store_true", help="use the lab a --keep run left up")
+    parser = lab_arguments(__doc__, runs=3)
     parser.add_argument("--picture", help="copy the last run's report (.md, .png, .svg) to this path stem (in docs/)")
     args = parser.parse_args()
     if problem := LAB.up("tune_bench.py", 1, 0, args.reuse):
         print(problem, file=sys.stderr)
         return 1
     try:
-        converge()
+        LAB.converge()
         results: dict[str, list[float]] = {}
         for _ in range(args.runs):
             record(results, "tune.yml, realtime, lab defaults", tune())
