@@ -18,8 +18,9 @@
 #                             site.yml seeds from the bundle; host B's first start, timed against A's; with
 #                             GPU_PROOF_EXTRAS=1 also a warm restart and host B's cache without flashinfer
 #                             (GPU_PROOF_DEADLINE: seconds into the step after which it stops waiting, 575)
-#   tune-start NAME PORT...   start each scene in turn, the next once the one before answers (vLLM sizes its KV cache
-#                             from the card's free memory: another scene's allocations must not come and go meanwhile)
+#   tune-start NAME PORT...   start each scene in turn, the next once the one before has sized its KV cache and
+#                             captured its CUDA graphs (vLLM sizes its KV cache from the memory it measures while
+#                             profiling: another scene's allocations must not come and go meanwhile), then wait for all
 #   tune NAME...              playbooks/tune.yml over these scenes (-e @inventory/extra-vars/gpu-proof-tune.yml), its
 #                             reports straight into $OUT/tune (what a cut-off call wrote still comes back)
 #   gateway-pack GPU GW       ON THE CONTROLLER, with `make lab` up: the kit's HAProxy configs as the lab rendered them
@@ -103,6 +104,16 @@ healthy() {  # healthy NAME PORT LABEL: wait for /health until GPU_PROOF_DEADLIN
     | tee -a "$STATE/summary.txt"
 }
 
+settled() {  # settled NAME PORT: wait until its GPU memory settles (CUDA graphs captured) or it answers, by the deadline
+  until grep -q "Graph capturing finished" "$STATE/scene-$1.log" 2>/dev/null \
+      || curl -sf -o /dev/null "http://127.0.0.1:$2/health"; do
+    sleep 1
+    python3 tools/run_scene.py status "$1" >/dev/null || { echo "$1 exited (settling)" | tee -a "$STATE/summary.txt"; return 1; }
+    (( SECONDS < ${GPU_PROOF_DEADLINE:-575} )) || { echo "$1 gave up settling" | tee -a "$STATE/summary.txt"; return 1; }
+  done
+  echo "$1 settled (KV cache sized, graphs captured): $(since "$(cat "$STATE/$1.started")") s" | tee -a "$STATE/summary.txt"
+}
+
 compile_lines() {  # compile_lines LOG LABEL: vLLM's compile and cache lines of one start, verbatim (cut at 400 chars)
   echo "-- $2: vLLM's compile and cache lines" >>"$STATE/summary.txt"
   grep -E "non-default args|Resolved architecture|modelinfos|inspect|torch.compile|Compiling a graph|Directly load|saved AOT|Cache the graph|Dynamo bytecode|Using cache directory|init engine|[Ff]lash[Ii]nfer|JIT|jit|Graph capturing|Model loading took|Starting vLLM server" \
@@ -171,10 +182,17 @@ bench_gateway() {  # bench_gateway NAME URL KEY SEED: vllm bench serve against U
 case ${1:-} in
   tune-start)
     shift
+    scenes=("$@")
     while (( $# >= 2 )); do
       python3 tools/run_scene.py status "$1" >/dev/null 2>&1 || start_scene "$1"
+      settled "$1" "$2" || { pack tune-start; exit 1; }
+      shift 2
+    done
+    set -- "${scenes[@]}"
+    while (( $# >= 2 )); do
       healthy "$1" "$2" "start-$1" || { pack tune-start; exit 1; }
-      grep -E "GPU KV cache size|Maximum concurrency|non-default args" "$STATE/scene-$1.log" | cut -c1-400 >>"$STATE/summary.txt"
+      grep -E "GPU KV cache size|Maximum concurrency|non-default args|Graph capturing finished" "$STATE/scene-$1.log" \
+        | cut -c1-400 >>"$STATE/summary.txt"
       shift 2
     done
     pack tune-start
