@@ -13,10 +13,11 @@ sys.path.insert(0, str(REPO / "lib"))
 from vllm_fleet import tuning  # noqa: E402
 
 
-def bench(goodput: float, throughput: float = 10.0, output: float = 320.0, failed: int = 0) -> dict[str, float]:
-    """Return a vllm bench serve result with these request goodput and throughputs."""
+def bench(goodput: float, throughput: float = 10.0, output: float = 320.0, failed: int = 0,
+          p99_tpot: float = 30.0) -> dict[str, float]:
+    """Return a vllm bench serve result with these request goodput, throughputs and p99 TPOT."""
     return {"request_goodput": goodput, "request_throughput": throughput, "output_throughput": output,
-            "completed": 64, "failed": failed, "p99_ttft_ms": 200.0, "median_tpot_ms": 20.0, "p99_tpot_ms": 30.0}
+            "completed": 64, "failed": failed, "p99_ttft_ms": 200.0, "median_tpot_ms": 20.0, "p99_tpot_ms": p99_tpot}
 
 
 def sweep(*shares: float) -> list[dict[str, object]]:
@@ -102,6 +103,15 @@ def test_an_impossible_slo_names_the_best_step_seen_instead_of_failing() -> None
                                  "candidate deployed at concurrency 2")
     assert tuning.suggested_vars([{"name": "realtime"}], "realtime", result) is None
     assert "no setting meets the SLO" in tuning.markdown("h1", "realtime", result)
+
+
+def test_with_no_goodput_anywhere_the_best_seen_is_the_step_of_lowest_latency() -> None:
+    """When every step has no request within the SLO, the best seen is the one that came nearest: lowest p99 TPOT."""
+    steps = [tuning.step(bench(0, output=100.0, p99_tpot=tpot), level)
+             for level, tpot in ((1, 30.0), (2, 12.0), (4, 50.0))]
+    result = tuning.verdict([{"name": "deployed", "engine_args": {}, "steps": steps}], 0.99)
+    assert result["best_seen"]["concurrency"] == 2
+    assert result["message"].endswith("candidate deployed at concurrency 2")
 
 
 def test_markdown_lists_every_step() -> None:

@@ -71,6 +71,13 @@ def knee(steps: list[dict[str, Any]], share: float) -> dict[str, Any] | None:
     return max(held, key=lambda s: s["concurrency"]) if held else None
 
 
+def closeness(sweep_step: dict[str, Any]) -> tuple[float, float, float, float]:
+    """Return how near a step came to the SLO, for ranking: goodput, then share within it, then the lowest p99s."""
+    slowest = math.inf
+    return (sweep_step["goodput"], sweep_step["slo_share"], -float(sweep_step.get("p99_tpot_ms") or slowest),
+            -float(sweep_step.get("p99_ttft_ms") or slowest))
+
+
 def check_share(share: Any) -> float:
     """Return the SLO share as a float (an extra var's text too), or refuse one outside (0, 1]."""
     try:
@@ -95,7 +102,7 @@ def verdict(candidates: list[dict[str, Any]], share: float) -> dict[str, Any]:
             dropped = f"breaks the SLO at concurrency {steps[0]['concurrency']}"
         judged.append({**candidate, "knee": found, "dropped": dropped})
         for seen in steps:
-            if best_step is None or seen["goodput"] > best_step["goodput"]:
+            if best_step is None or closeness(seen) > closeness(best_step):
                 best_step = {**seen, "candidate": candidate["name"]}
     kept = [c for c in judged if c["knee"] and not c["dropped"]]
     winner = max(kept, key=lambda c: c["knee"]["goodput"]) if kept else None
