@@ -43,6 +43,7 @@ def main() -> int:
         base = REPORTS / host / "realtime"
         print(json.loads(base.with_suffix(".json").read_text())["message"])
         if args.picture:
+            (REPO / args.picture).parent.mkdir(parents=True, exist_ok=True)
             for suffix in (".md", ".png", ".svg"):
                 shutil.copy(base.with_suffix(suffix), REPO / f"{args.picture}{suffix}")
         worst = max(results["tune.yml, realtime, lab defaults"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ def plot(host: str, scene: str, result: dict[str, Any], p99_tpot_ms: float, path
     bottom.set_ylabel("p99 TPOT (ms)")
     bottom.set_xlabel("concurrency (requests in flight)")
     bottom.set_xscale("log", base=2)
-    top.set_title(f"{scene} on {host}: {result['message']}", fontsize=9)
+    top.set_title(textwrap.fill(f"{scene} on {host}: {result['message']}", 110), fontsize=9)
     top.legend(fontsize=8)
     bottom.legend(fontsize=8)
     figure.tight_layout()
