@@ -23,11 +23,27 @@
 #                             profiling: another scene's allocations must not come and go meanwhile), then wait for all
 #   tune NAME...              playbooks/tune.yml over these scenes (-e @inventory/extra-vars/gpu-proof-tune.yml), its
 #                             reports straight into $OUT/tune (what a cut-off call wrote still comes back)
-#   gateway-pack GPU GW       ON THE CONTROLLER, with `make lab` up: the kit's HAProxy configs as the lab rendered them
-#                             (GPU: the lab GPU host's address, GW: the gateway's), moved to this one host's loopback,
-#                             into .gpu-gateway/, and the controller's haproxy binary and its libraries into .gpu-tools/
+#   gateway-pack GPU GW [GPU2]  ON THE CONTROLLER, with `make lab` up: the kit's HAProxy configs as the lab rendered
+#                             them (GPU: the lab GPU host's address, GW: the gateway's), moved to this one host's loopback,
+#                             into .gpu-gateway/, and the controller's haproxy binary and its libraries into .gpu-tools/;
+#                             GPU2, a second lab GPU host's address: its ingress too (moved to 127.0.0.4), and a gateway
+#                             config with both hosts' realtime servers (pair-gateway-haproxy.cfg), for tp2-versus
 #   gateway                   after converge: the gateway and the ingress (those configs) in front of realtime; vllm
 #                             bench serve directly and through the gateway's TLS port, alternately, GATEWAY_RUNS times
+# Tensor parallel on a host of two cards (inventory/extra-vars/gpu-proof-tp2.yml: realtime-tp2 over GPUs 0 and 1,
+# realtime-gpu0 and realtime-gpu1 one per card; NVLink multicast off in what these steps start, see multicast_off):
+#   tp2                       after receive: both cards' facts (the facts module; nvidia-smi's link query, P2P matrix,
+#                             topology and NVLink status), the wheelhouse, the model, site.yml and plan.yml (the split
+#                             plan) with those extra vars; start realtime-tp2 cold with NCCL_DEBUG=INFO and wait for it
+#   tp2-serve                 realtime-tp2: wait for it; its unit's and its processes' NCCL settings, vLLM's and NCCL's
+#                             own lines, the planner's KV tokens against vLLM's; plan and verify at concurrency 16 and 64
+#   tp2-versus-start          realtime-tp2 loaded at 16 and 64 (vllm bench serve, directly and, with gateway-pack's
+#                             configs, through the gateway); stop it; start realtime-gpu0, then realtime-gpu1 once the
+#                             first has settled, and wait for both
+#   tp2-versus                realtime-gpu0 and realtime-gpu1 loaded at 16 and 64: through the gateway (both behind it,
+#                             with gateway-pack's GPU2) and directly, the load split in half; both layouts' output
+#                             tokens/s, TPOT and TTFT p50/p99 into $OUT/tp2-versus.json and $OUT/tp2-versus.md
+#                             (VERSUS_WAVES: prompts per request in flight, 20; GPU_PROOF_DEADLINE as for compile-cache)
 # Each step leaves its logs and reports in $OUT/<step>.tar.gz and prints a short summary.
 set -uo pipefail
 
@@ -166,6 +182,7 @@ pack() {  # pack STEP: everything so far into $OUT/STEP.tar.gz, and the summary 
 
 # The gateway's overhead (gateway-pack, gateway).
 LAB_KEYS=/var/lib/vllm-fleet-lab/labs/lab
+GW_RUN=$STATE/haproxy  # the HAProxy configs and keys while a gateway runs (gateway, tp2-versus*)
 lab_file() {  # lab_file ADDRESS PATH: a file of a lab host, as root over SSH
   ssh -i "$LAB_KEYS/id_ed25519" -o UserKnownHostsFile="$LAB_KEYS/known_hosts" -o StrictHostKeyChecking=yes "root@$1" cat "$2"
 }
@@ -177,6 +194,224 @@ bench_gateway() {  # bench_gateway NAME URL KEY SEED: vllm bench serve against U
   OPENAI_API_KEY=$3 SSL_CERT_FILE=$PWD/.gpu-gateway/client-ca.pem HF_HUB_OFFLINE=1 /opt/vllm/current/bin/vllm bench serve \
     "${GATEWAY_LOAD[@]}" --base-url="$2" --model=qwen2.5-7b-random --tokenizer="$MODEL" --seed="$4" --save-result \
     --result-dir="$STATE" --result-filename="bench-$1.json" >"$STATE/bench-$1.log" 2>&1
+}
+
+# Tensor parallel on two cards (tp2, tp2-serve, tp2-versus-start, tp2-versus).
+TP2=(-e @inventory/extra-vars/gpu-proof-tp2.yml)
+# verify.yml verifies every scene the host resolves; during tp2-serve only realtime-tp2 runs.
+TP2_ONLY=(-e '{"vllm_verify_scenes": "{{ vllm_scenes_resolved | selectattr(\"name\", \"equalto\", \"realtime-tp2\") | list }}"}')
+PAIR=(realtime-gpu0 realtime-gpu1)
+# docs/sources.md's shape, as the gateway step's load; bench_versus adds each run's concurrency, prompts and seed.
+VERSUS_LOAD=(--backend=openai-chat --endpoint=/v1/chat/completions --dataset-name=random --random-input-len=512
+  --random-output-len=128 --ignore-eos --request-rate=inf --percentile-metrics=ttft,tpot,e2el --metric-percentiles=50,99)
+TP2_VLLM_LINES="world_size=|nccl==|NCCL|[Cc]ustom [Aa]ll.?[Rr]educe|custom_all_reduce|P2P|p2p|SymmMem|[Ss]ymmetric memory"
+TP2_VLLM_LINES+="|[Aa]ll.?[Rr]educe|[Mm]ulticast|Model loading took|Available KV cache memory|GPU KV cache size"
+TP2_VLLM_LINES+="|Maximum concurrency|Graph capturing finished|init engine|Starting vLLM server"
+TP2_NCCL_LINES="NCCL version|NCCL_[A-Z_]+ set|Bootstrap|NVLS|nvls|[Mm]ulticast|Channel 00/|via |CUMEM|cuMem|Init COMPLETE|WARN"
+
+multicast_off() {  # multicast_off: NVLink multicast off in NCCL, PyTorch and NVSHMEM for every program this shell starts
+  # The device's two-card kinds set these for every program (KINDS.md: a program using multicast can put the host's
+  # shared GPUs out of service) and tools/run_scene.py passes NCCL_*, NVSHMEM_* and TORCH_SYMM_MEM_* on to a scene;
+  # set here too in case a shell lacks them. The kit sets none of them; gpu-proof-tp2.yml puts them in realtime-tp2's unit.
+  echo "-- multicast settings of the step's shell before it set them: $(env | grep -E \
+    '^(NCCL_NVLS_ENABLE|TORCH_SYMM_MEM_DISABLE_MULTICAST|NVSHMEM_DISABLE_NVLS)=' | sort | tr '\n' ' ')" >>"$STATE/summary.txt"
+  export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+}
+
+gpu_captures() {  # gpu_captures: nvidia-smi's link query, P2P matrix and topology, as the facts module reads them
+  nvidia-smi "--query-gpu=index,pci.device_id,pcie.link.gen.current,pcie.link.width.current,pcie.link.gen.max,pcie.link.width.max" \
+    --format=csv,noheader,nounits >"$STATE/smi-links.csv" 2>&1
+  nvidia-smi topo -p2p r >"$STATE/topo-p2p-r.txt" 2>&1
+  nvidia-smi topo -m >"$STATE/topo-m.txt" 2>&1
+}
+
+scene_setting() {  # scene_setting NAME KEY: one top-level setting of the scene's rendered vLLM config (port, max-num-seqs)
+  sed -n "s/^$2: //p" "/etc/vllm/scenes/$1.yaml"
+}
+
+scene_key() {  # scene_key NAME: the scene's API key from its root-only env file ('' for a scene without one)
+  sed -n 's/^VLLM_API_KEY=//p' "/etc/vllm/scenes/$1.env" 2>/dev/null
+}
+
+scene_environ() {  # scene_environ NAME: each process of the scene (its process group) and its NCCL, PyTorch, NVSHMEM,
+  # all-reduce and device variables, from /proc/PID/environ (what it started with; vLLM's workers start after vLLM's
+  # own settings, so theirs show them too)
+  python3 - "$(cat "/run/vllm-fleet-scenes/$1.pid")" <<'PY'
+import sys
+from pathlib import Path
+group = int(sys.argv[1])
+keys = ("NCCL_", "TORCH_SYMM_MEM_", "NVSHMEM_", "VLLM_ALLREDUCE", "VLLM_FLASHINFER_ALLREDUCE", "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER")
+for stat in sorted(Path("/proc").glob("[0-9]*/stat"), key=lambda path: int(path.parent.name)):
+    try:
+        if int(stat.read_text().rsplit(") ", 1)[1].split()[2]) != group:
+            continue
+        comm = (stat.parent / "comm").read_text().strip()
+        env = [item.decode(errors="replace") for item in (stat.parent / "environ").read_bytes().split(b"\0")]
+    except (OSError, IndexError, ValueError):
+        continue
+    chosen = sorted(item for item in env if item.startswith(keys))
+    print(f"pid {stat.parent.name} ({comm}): {' '.join(chosen) or 'none of them'}")
+PY
+}
+
+kv_check() {  # kv_check NAME PLAN: the planner's KV tokens for NAME (the table of $STATE/PLAN.log) against vLLM's
+  # "GPU KV cache size" of its start (+: the planner says more)
+  python3 - "$1" "$STATE/$2.log" "$STATE/scene-$1.log" <<'PY' | tee -a "$STATE/summary.txt"
+import re
+import sys
+name, plan_log, scene_log = sys.argv[1:]
+planned = None
+for line in open(plan_log, encoding="utf-8", errors="replace"):
+    cells = [cell.strip() for cell in line.split("|")]
+    if len(cells) > 9 and cells[1] == name and cells[8].replace(",", "").isdigit():
+        planned = int(cells[8].replace(",", ""))
+        break
+found = re.search(r"GPU KV cache size: ([\d,]+) tokens", open(scene_log, encoding="utf-8", errors="replace").read())
+measured = int(found.group(1).replace(",", "")) if found else None
+if planned is None or measured is None:
+    print(f"{name}: KV check impossible: planner {planned}, vLLM {measured}")
+else:
+    diff = (planned - measured) / measured * 100
+    print(f"{name}: planner {planned:,} KV tokens, vLLM {measured:,}: {diff:+.2f}% "
+          f"({'within' if abs(diff) <= 5 else 'OUTSIDE'} 5%)")
+PY
+}
+
+tp2_settings() {  # tp2_settings: what the kit rendered for realtime-tp2: its unit's environment and devices, its config
+  cp /etc/systemd/system/vllm-scene-realtime-tp2.service /etc/vllm/scenes/realtime-tp2.yaml "$STATE/" 2>>"$STATE/summary.txt"
+  { echo "-- realtime-tp2's unit (the kit's NCCL choice: NCCL_P2P_DISABLE=1 only where the cards have no P2P)"
+    grep -E '^(Environment=|DevicePolicy=|DeviceAllow=)' /etc/systemd/system/vllm-scene-realtime-tp2.service
+    echo "-- realtime-tp2's vLLM config"
+    grep -E '^(tensor-parallel-size|disable-custom-all-reduce|gpu-memory-utilization|max-num-seqs|max-model-len|port):' \
+      /etc/vllm/scenes/realtime-tp2.yaml; } >>"$STATE/summary.txt" 2>&1
+}
+
+tp2_report() {  # tp2_report: once realtime-tp2 answers (once a state): what its processes run with, vLLM's and NCCL's
+  # own lines, the cards' memory, the planner's KV tokens against vLLM's
+  [ -f "$STATE/tp2-report.done" ] && return 0
+  local log=$STATE/scene-realtime-tp2.log
+  { echo "-- realtime-tp2's processes: NCCL, PyTorch, NVSHMEM, all-reduce and device variables (/proc/PID/environ)"
+    scene_environ realtime-tp2
+    echo "-- realtime-tp2: vLLM's own lines"
+    grep -o -E "'(tensor_parallel_size|disable_custom_all_reduce|gpu_memory_utilization|max_num_seqs)': [^,}]*" "$log" | sort -u
+    grep -o -E "tensor_parallel_size=[0-9]+" "$log" | sort -u
+    grep -v -e "NCCL INFO" -e "NCCL WARN" -e "Initializing a V1 LLM engine" -e "non-default args" "$log" \
+      | grep -E "$TP2_VLLM_LINES" | cut -c1-400 | head -80
+    echo "-- realtime-tp2: NCCL's own lines (NCCL_DEBUG=INFO, set by the tp2 step for this start only)"
+    grep -E "NCCL (INFO|WARN)" "$log" | grep -E "$TP2_NCCL_LINES" | cut -c1-300 | head -60
+    echo "-- the cards' memory with realtime-tp2 idle"
+    nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader; } >>"$STATE/summary.txt" 2>&1
+  kv_check realtime-tp2 plan-tp2
+  touch "$STATE/tp2-report.done"
+}
+
+pair_up() {  # pair_up: realtime-gpu0, then realtime-gpu1 once the first has settled (KV cache sized, graphs captured:
+  # a start's memory profile must not see another's allocations come and go), then both answering, by the deadline
+  local name
+  for name in "${PAIR[@]}"; do
+    python3 tools/run_scene.py status "$name" >/dev/null 2>&1 || start_scene "$name"
+    settled "$name" "$(scene_setting "$name" port)" || return 1
+  done
+  for name in "${PAIR[@]}"; do
+    [ -f "$STATE/cold-$name.seconds" ] && continue
+    healthy "$name" "$(scene_setting "$name" port)" "cold-$name" || return 1
+    engine_lines "$name"
+    kv_check "$name" plan-tp2
+  done
+}
+
+served() {  # served NAME: the requests the scene has finished (vLLM's own counter, all reasons)
+  curl -s "http://127.0.0.1:$(scene_setting "$1" port)/metrics" | awk '/^vllm:request_success_total/ { s += $NF } END { print s + 0 }'
+}
+
+bench_versus() {  # bench_versus NAME URL KEY CONCURRENCY SEED PROMPTS [ARG...]: vllm bench serve, with as many warmups
+  # as requests in flight, its JSON into $STATE/versus-NAME.json and one line into the summary
+  local tls=()
+  [ "${2#https:}" = "$2" ] || tls=(SSL_CERT_FILE="$PWD/.gpu-gateway/client-ca.pem")
+  env OPENAI_API_KEY="$3" HF_HUB_OFFLINE=1 "${tls[@]}" /opt/vllm/current/bin/vllm bench serve "${VERSUS_LOAD[@]}" \
+    --base-url="$2" --model=qwen2.5-7b-random --tokenizer="$MODEL" --max-concurrency="$4" --num-warmups="$4" \
+    --seed="$5" --num-prompts="$6" --save-result --result-dir="$STATE" --result-filename="versus-$1.json" "${@:7}" \
+    >"$STATE/versus-$1.log" 2>&1 \
+    || { echo "versus-$1 failed: $(tail -3 "$STATE/versus-$1.log" | tr '\n' ' ' | cut -c1-300)" | tee -a "$STATE/summary.txt"
+         return 1; }
+  python3 - "$1" "$STATE/versus-$1.json" <<'PY' | tee -a "$STATE/summary.txt"
+import json
+import sys
+r = json.load(open(sys.argv[2]))
+print(f"versus-{sys.argv[1]}: {r['output_throughput']:.1f} output tok/s, TPOT p50/p99 {r['median_tpot_ms']:.2f}/"
+      f"{r['p99_tpot_ms']:.2f} ms, TTFT p50/p99 {r['median_ttft_ms']:.1f}/{r['p99_ttft_ms']:.1f} ms, "
+      f"{r['completed']} of {r.get('num_prompts', '?')} completed in {r['duration']:.1f} s")
+PY
+}
+
+GW_NAME=""
+gateway_up() {  # gateway_up GATEWAY_CFG INGRESS_CFG=ADDRESS=SCENE...: gateway-pack's HAProxy configs on this host's
+  # loopback: each ingress bound to its own ADDRESS (the lab renders 0.0.0.0; HAProxy binds with SO_REUSEPORT, so two on
+  # one port would share its connections) and sending its realtime server to SCENE's port; the gateway's servers
+  # taking as many requests at once as the scenes run (their max-num-seqs, as the kit renders it), and its per-user
+  # limit on requests at once lifted (a load of 64 would meet the lab user's 64 whenever a finished request's stream
+  # outlives the client's next request by a moment; the proof measures the layouts, not that limit)
+  local spec cfg address scene seqs part
+  rm -rf "$GW_RUN" && mkdir -p "$GW_RUN" && cp .gpu-gateway/* "$GW_RUN/" && chmod 600 "$GW_RUN"/*
+  sed -i -e "s#@DIR@#$GW_RUN#g" -e "s#@RUN@#$GW_RUN#g" "$GW_RUN"/*haproxy.cfg
+  export LD_LIBRARY_PATH=$PWD/.gpu-tools/haproxy/lib
+  for spec in "${@:2}"; do
+    IFS='=' read -r cfg address scene <<<"$spec"
+    seqs=$(scene_setting "$scene" max-num-seqs)
+    part=up-${cfg%-haproxy.cfg}
+    sed -e "s/^\( *bind \)[^ ]*:9443/\1$address:9443/" \
+      -e "s/^\( *server realtime \)[^ ]*/\1127.0.0.1:$(scene_setting "$scene" port)/" "$GW_RUN/$cfg" >"$GW_RUN/$part.cfg"
+    .gpu-tools/haproxy/haproxy -c -f "$GW_RUN/$part.cfg" >>"$STATE/haproxy-check.log" 2>&1 \
+      || { echo "$part: haproxy -c failed" | tee -a "$STATE/summary.txt"; unset LD_LIBRARY_PATH; return 1; }
+    SCENE_KEY_REALTIME=$(scene_key "$scene") .gpu-tools/haproxy/haproxy -f "$GW_RUN/$part.cfg" >"$STATE/haproxy-$part.log" 2>&1 &
+    echo $! >"$STATE/haproxy-$part.pid"
+  done
+  sed -e "s/^\( *server [^ ]*:realtime .* maxconn \)[0-9]*/\1$seqs/" -e 's/sc_conn_cur(0) gt [0-9]*/sc_conn_cur(0) gt 1024/' \
+    "$GW_RUN/$1" >"$GW_RUN/up-gateway.cfg"
+  .gpu-tools/haproxy/haproxy -c -f "$GW_RUN/up-gateway.cfg" >>"$STATE/haproxy-check.log" 2>&1 \
+    || { echo "up-gateway: haproxy -c failed" | tee -a "$STATE/summary.txt"; unset LD_LIBRARY_PATH; return 1; }
+  .gpu-tools/haproxy/haproxy -f "$GW_RUN/up-gateway.cfg" >"$STATE/haproxy-up-gateway.log" 2>&1 &
+  echo $! >"$STATE/haproxy-up-gateway.pid"
+  unset LD_LIBRARY_PATH
+  # The gateway's certificate names the lab gateway: the client reaches it by that name, here on loopback.
+  GW_NAME=$(openssl x509 -noout -ext subjectAltName -in "$GW_RUN/gateway-tls.pem" | grep -o 'DNS:[^,]*' | head -1 | cut -c5-)
+  grep -q " $GW_NAME\$" /etc/hosts || echo "127.0.0.3 $GW_NAME" >>/etc/hosts
+  local states="" tries
+  for tries in $(seq 1 30); do  # the health checks (rise 2, every second) put each scene in rotation
+    states=$(gateway_servers)
+    [ "$(grep -o '=UP\b' <<<"$states" | wc -l)" -ge $(( $# - 1 )) ] && break
+    sleep 1
+  done
+  { echo "-- gateway up after ${tries} s: $states ($(grep -E '^ *server ' "$GW_RUN/up-gateway.cfg" | sed 's/ ssl .*maxconn/ ... maxconn/' | tr -s ' ' | tr '\n' ';'))"
+    echo "GET /v1/models through the gateway: $(curl -s -o /dev/null -w '%{http_code}' --cacert "$GW_RUN/client-ca.pem" \
+      -H "Authorization: Bearer $(cat "$GW_RUN/user.key")" "https://$GW_NAME/v1/models")"; } | tee -a "$STATE/summary.txt"
+}
+
+gateway_servers() {  # gateway_servers: each scene server of the gateway and its state (HAProxy's show stat, admin socket)
+  python3 - "$GW_RUN/gateway-admin.sock" <<'PY' 2>/dev/null
+import socket
+import sys
+with socket.socket(socket.AF_UNIX) as admin:
+    admin.connect(sys.argv[1])
+    admin.sendall(b"show stat\n")
+    data = b""
+    while chunk := admin.recv(65536):
+        data += chunk
+rows = [line.split(",") for line in data.decode().splitlines() if line and not line.startswith("#")]
+print(" ".join(f"{r[1]}={r[17].replace(' ', '_')}" for r in rows
+               if len(r) > 17 and r[0].startswith("model_") and r[1] not in ("FRONTEND", "BACKEND")))
+PY
+}
+
+gateway_down() {  # gateway_down: stop the HAProxy processes gateway_up started; keep their configs, not the keys
+  local pid
+  for pid in "$STATE"/haproxy-up-*.pid; do
+    [ -f "$pid" ] && kill "$(cat "$pid")" 2>/dev/null
+    rm -f "$pid"
+  done
+  cp "$GW_RUN"/up-*.cfg "$STATE/" 2>/dev/null
+  rm -rf "$GW_RUN"
 }
 
 case ${1:-} in
@@ -214,14 +449,23 @@ case ${1:-} in
       | xargs -I{} cp -L {} .gpu-tools/haproxy/lib/
     for file in haproxy.cfg server.pem fleet-ca.pem; do lab_file "$2" "/etc/vllm-ingress/$file" >".gpu-gateway/ingress-$file"; done
     for file in haproxy.cfg tls.pem fleet-ca.pem client.pem; do lab_file "$3" "/etc/vllm-gateway/$file" >".gpu-gateway/gateway-$file"; done
+    moves=(-e "s/$2/127.0.0.2/g" -e "s/$3/127.0.0.3/g")
+    if [ -n "${4:-}" ]; then  # a second GPU host's ingress (tp2-versus: two scenes behind the gateway), at 127.0.0.4
+      for file in haproxy.cfg server.pem fleet-ca.pem; do lab_file "$4" "/etc/vllm-ingress/$file" >".gpu-gateway/ingress2-$file"; done
+      sed -i -e 's#/etc/vllm-ingress/#@DIR@/ingress2-#g' -e 's#/run/vllm-ingress/#@RUN@/ingress2-#g' .gpu-gateway/ingress2-haproxy.cfg
+      moves+=(-e "s/${4//./\\.}/127.0.0.4/g")
+    fi
     cp /var/lib/vllm-fleet-lab/pki/lab/ca.crt .gpu-gateway/client-ca.pem
     .venv/bin/python -c 'import sys; from pathlib import Path; sys.path.insert(0, "tools"); from lab_vault import lab_secrets
 print(lab_secrets(Path("inventory/lab/group_vars/gateways/vault.yml"))["vault_lab_gateway_key_lab_user"])' >.gpu-gateway/user.key
     # One GPU host on loopback: its ingress at 127.0.0.2, the gateway at 127.0.0.3, the proof's model and realtime's
     # max_num_seqs (16 in the cuda preset); the other lab hosts' servers and batch go.
-    sed -i -e "s/$2/127.0.0.2/g" -e "s/$3/127.0.0.3/g" -e 's#/etc/vllm-ingress/#@DIR@/ingress-#g' \
+    sed -i "${moves[@]}" -e 's#/etc/vllm-ingress/#@DIR@/ingress-#g' \
       -e 's#/etc/vllm-gateway/#@DIR@/gateway-#g' -e 's#/run/vllm-\(ingress\|gateway\)/#@RUN@/\1-#g' \
       -e 's/tiny-qwen2/qwen2.5-7b-random/g' -e 's/maxconn [0-9]*/maxconn 16/' .gpu-gateway/*haproxy.cfg
+    # tp2-versus: both GPU hosts' realtime servers (tp2-versus sets their maxconn from its scenes when it starts it).
+    [ -z "${4:-}" ] || sed -e '/^ *server /{/127\.0\.0\.[24]:.*realtime/!d}' .gpu-gateway/gateway-haproxy.cfg \
+      >.gpu-gateway/pair-gateway-haproxy.cfg
     sed -i -e '/^ *server /{/127\.0\.0\.2:.*realtime/!d}' .gpu-gateway/gateway-haproxy.cfg
     grep -n "bind\|server \|nbthread\|maxconn" .gpu-gateway/*haproxy.cfg
     ;;
@@ -265,12 +509,218 @@ PY
     cp "$run_dir"/*haproxy.cfg "$STATE/" && rm -rf "$run_dir"
     pack gateway
     ;;
+  tp2)
+    ansible_tools
+    multicast_off
+    reassemble_wheels || exit 1
+    # Both cards as the facts module reads them, and nvidia-smi's raw answers (test data for tests/data/nvidia).
+    gpu_captures
+    nvidia-smi nvlink --status >"$STATE/nvlink-status.txt" 2>&1
+    nvidia-smi --query-gpu=index,name,pci.bus_id,pci.device_id,memory.total,compute_cap,driver_version \
+      --format=csv,noheader >"$STATE/gpus.csv" 2>&1
+    timed facts-tp2 ansible "${INVENTORY[@]}" gpu_hosts -m vllm_fleet_gpu_facts -a 'profiles={{ {} | vllm_fleet_card_matchers }}'
+    for file in gpus.csv smi-links.csv topo-p2p-r.txt topo-m.txt nvlink-status.txt facts-tp2.log; do
+      { echo "-- $file"; cat "$STATE/$file"; } >>"$STATE/summary.txt"
+      cp "$STATE/$file" "$OUT/tp2-$file"
+    done
+    [ -d "$MODEL" ] || timed model python3 tools/make_random_awq.py --out "$MODEL" --name qwen2.5-7b-awq-random
+    timed site-tp2 ansible-playbook "${INVENTORY[@]}" site.yml --skip-tags host_metrics,verify "${TP2[@]}" \
+      || { tail -40 "$STATE/site-tp2.log" >>"$STATE/summary.txt"; pack tp2; exit 1; }
+    timed plan-tp2 ansible-playbook "${INVENTORY[@]}" playbooks/plan.yml "${TP2[@]}"
+    { echo "-- the plan (plan.yml with gpu-proof-tp2.yml)"
+      grep -E '\| (scene|realtime-)|: model |split over|GiB: budget|conc: |floor: |problem|refuse' "$STATE/plan-tp2.log" | cut -c1-300
+    } >>"$STATE/summary.txt"
+    tp2_settings
+    # NCCL says which transport, channels and NVLS setting it chose only at INFO: for this start, not in the kit's unit.
+    python3 tools/run_scene.py status realtime-tp2 >/dev/null 2>&1 || ( export NCCL_DEBUG=INFO; start_scene realtime-tp2 )
+    checkpoint
+    healthy realtime-tp2 "$(scene_setting realtime-tp2 port)" cold-tp2 && tp2_report
+    echo "-- step took ${SECONDS} s" >>"$STATE/summary.txt"
+    pack tp2
+    ;;
+  tp2-serve)
+    ansible_tools
+    multicast_off
+    port=$(scene_setting realtime-tp2 port)
+    [ -f "$STATE/cold-tp2.seconds" ] || healthy realtime-tp2 "$port" cold-tp2 || { pack tp2-serve; exit 1; }
+    tp2_report
+    for concurrency in 16 64; do
+      timed "verify-tp2-c$concurrency" verify "tp2-c$concurrency" "${TP2[@]}" "${TP2_ONLY[@]}" \
+        -e "vllm_verify_bench_concurrency=$concurrency"
+      cat "$STATE/reports-tp2-c$concurrency/summary.md" >>"$STATE/summary.txt" 2>&1
+    done
+    echo "-- step took ${SECONDS} s" >>"$STATE/summary.txt"
+    pack tp2-serve
+    ;;
+  tp2-versus-start)
+    multicast_off
+    port=$(scene_setting realtime-tp2 port)
+    [ -f "$STATE/cold-tp2.seconds" ] || healthy realtime-tp2 "$port" cold-tp2 || { pack tp2-versus-start; exit 1; }
+    tp2_report
+    # realtime-tp2 alone on the two cards; each run's prompts are new to the scene (prefix caching is on): directly
+    # seed = concurrency, through the gateway 1000 + concurrency.
+    if [ -f .gpu-gateway/gateway-haproxy.cfg ]; then
+      gateway_up gateway-haproxy.cfg "ingress-haproxy.cfg=127.0.0.2=realtime-tp2" || GW_NAME=""
+    else
+      echo "no .gpu-gateway (gateway-pack): realtime-tp2 is loaded directly only" | tee -a "$STATE/summary.txt"
+    fi
+    for concurrency in 16 64; do
+      bench_versus "tp2-direct-c$concurrency" "http://127.0.0.1:$port" "$(scene_key realtime-tp2)" "$concurrency" \
+        "$concurrency" $(( ${VERSUS_WAVES:-20} * concurrency ))
+      [ -z "$GW_NAME" ] || bench_versus "tp2-gateway-c$concurrency" "https://$GW_NAME" "$(cat .gpu-gateway/user.key)" \
+        "$concurrency" $(( 1000 + concurrency )) $(( ${VERSUS_WAVES:-20} * concurrency ))
+    done
+    gateway_down
+    # realtime-tp2 stops before the one-GPU scenes start cold: its workers spin on their queues while idle (vLLM's
+    # default) and would take CPU from the other layout's API servers and client.
+    stop_scene realtime-tp2
+    checkpoint
+    pair_up || { pack tp2-versus-start; exit 1; }
+    echo "-- step took ${SECONDS} s" >>"$STATE/summary.txt"
+    pack tp2-versus-start
+    ;;
+  tp2-versus)
+    multicast_off
+    pair_up || { pack tp2-versus; exit 1; }
+    port0=$(scene_setting realtime-gpu0 port) && port1=$(scene_setting realtime-gpu1 port)
+    # Both scenes behind the gateway, each on an ingress of its own as on two hosts: one client, the gateway's
+    # least-connections balance (with prefix affinity: random prompts share no prefix).
+    if [ -f .gpu-gateway/pair-gateway-haproxy.cfg ]; then
+      if gateway_up pair-gateway-haproxy.cfg "ingress-haproxy.cfg=127.0.0.2=realtime-gpu0" \
+          "ingress2-haproxy.cfg=127.0.0.4=realtime-gpu1"; then
+        for concurrency in 16 64; do
+          before0=$(served realtime-gpu0) && before1=$(served realtime-gpu1)
+          bench_versus "pair-gateway-c$concurrency" "https://$GW_NAME" "$(cat .gpu-gateway/user.key)" "$concurrency" \
+            $(( 1000 + concurrency )) $(( ${VERSUS_WAVES:-20} * concurrency ))
+          echo "pair-gateway-c$concurrency: realtime-gpu0 finished $(( $(served realtime-gpu0) - before0 )) requests," \
+            "realtime-gpu1 $(( $(served realtime-gpu1) - before1 )) (warmups included)" | tee -a "$STATE/summary.txt"
+        done
+      fi
+      gateway_down
+    else
+      echo "no .gpu-gateway/pair-gateway-haproxy.cfg (gateway-pack with a second GPU host's address): no gateway arm" \
+        | tee -a "$STATE/summary.txt"
+    fi
+    # The same load split in half over the two scenes at once, a client each, the requests pooled for the percentiles.
+    for concurrency in 16 64; do
+      bench_versus "pair-split-c$concurrency-gpu0" "http://127.0.0.1:$port0" "$(scene_key realtime-gpu0)" \
+        $(( concurrency / 2 )) "$concurrency" $(( ${VERSUS_WAVES:-20} * concurrency / 2 )) --save-detailed &
+      half0=$!
+      bench_versus "pair-split-c$concurrency-gpu1" "http://127.0.0.1:$port1" "$(scene_key realtime-gpu1)" \
+        $(( concurrency / 2 )) "$concurrency" $(( ${VERSUS_WAVES:-20} * concurrency / 2 )) --save-detailed &
+      wait "$half0" $!
+    done
+    python3 - "$STATE" "${VERSUS_WAVES:-20}" <<'PY' | tee -a "$STATE/summary.txt"
+import json
+import sys
+import time
+from pathlib import Path
+
+state, waves = Path(sys.argv[1]), int(sys.argv[2])
+LAYOUTS = {"tp2": "one TP=2 scene (realtime-tp2, GPUs 0 and 1)",
+           "pair": "two one-GPU scenes (realtime-gpu0, realtime-gpu1)"}
+PATHS = {"gateway": "through the gateway", "direct": "direct"}
+
+
+def percentile(values, q):
+    """numpy's default (linear) percentile, as vllm bench serve computes its own."""
+    values = sorted(values)
+    if not values:
+        return None
+    k = (len(values) - 1) * q / 100
+    low = int(k)
+    high = min(low + 1, len(values) - 1)
+    return values[low] + (values[high] - values[low]) * (k - low)
+
+
+def load(name):
+    path = state / f"versus-{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def single(r):
+    prompts = r.get("num_prompts") or r["completed"]
+    return {"output_tok_s": r["output_throughput"], "tpot_p50_ms": r["median_tpot_ms"], "tpot_p99_ms": r["p99_tpot_ms"],
+            "ttft_p50_ms": r["median_ttft_ms"], "ttft_p99_ms": r["p99_ttft_ms"], "completed": r["completed"],
+            "failed": r.get("failed", prompts - r["completed"]), "clients": 1}
+
+
+def pooled(parts):
+    """Two clients at once: tokens over the longer run; TPOT per request as vllm bench serve takes it (the time after
+    the first token over the tokens after it), TTFT per request, both pooled over the two clients' requests."""
+    tpots, ttfts, failed = [], [], 0
+    for r in parts:
+        for tokens, ttft, itl, error in zip(r["output_lens"], r["ttfts"], r["itls"], r["errors"]):
+            if error or not tokens:
+                failed += 1
+                continue
+            ttfts.append(ttft * 1000)
+            if tokens > 1:
+                tpots.append(sum(itl) / (tokens - 1) * 1000)
+    return {"output_tok_s": sum(r["total_output_tokens"] for r in parts) / max(r["duration"] for r in parts),
+            "tpot_p50_ms": percentile(tpots, 50), "tpot_p99_ms": percentile(tpots, 99),
+            "ttft_p50_ms": percentile(ttfts, 50), "ttft_p99_ms": percentile(ttfts, 99),
+            "completed": len(ttfts), "failed": failed, "clients": len(parts)}
+
+
+rows = []
+for concurrency in (16, 64):
+    for path in PATHS:
+        for layout in LAYOUTS:
+            if layout == "pair" and path == "direct":
+                names = [f"pair-split-c{concurrency}-gpu0", f"pair-split-c{concurrency}-gpu1"]
+            else:
+                names = [f"{layout}-{path}-c{concurrency}"]
+            results = [load(name) for name in names]
+            row = {"concurrency": concurrency, "layout": layout, "path": path, "runs": names}
+            if all(results):
+                row.update(single(results[0]) if len(results) == 1 else pooled(results))
+            rows.append(row)
+
+
+def cell(value, digits):
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+lines = ["| concurrency | layout | path | output tok/s | TPOT p50 / p99 ms | TTFT p50 / p99 ms | completed / failed |",
+         "|---:|---|---|---:|---|---|---|"]
+for row in rows:
+    path = PATHS[row["path"]] + (", the load split in half, a client each" if row.get("clients") == 2 else "")
+    if "output_tok_s" not in row:
+        lines.append(f"| {row['concurrency']} | {LAYOUTS[row['layout']]} | {path} | not run | | | |")
+        continue
+    lines.append(f"| {row['concurrency']} | {LAYOUTS[row['layout']]} | {path} | {cell(row['output_tok_s'], 0)} | "
+                 f"{cell(row['tpot_p50_ms'], 2)} / {cell(row['tpot_p99_ms'], 2)} | "
+                 f"{cell(row['ttft_p50_ms'], 1)} / {cell(row['ttft_p99_ms'], 1)} | {row['completed']} / {row['failed']} |")
+ratios = []
+for concurrency in (16, 64):
+    for path in PATHS:
+        tp2, pair = (next(r for r in rows if (r["concurrency"], r["path"], r["layout"]) == (concurrency, path, layout))
+                     for layout in ("tp2", "pair"))
+        if "output_tok_s" in tp2 and "output_tok_s" in pair:
+            ratio = {"concurrency": concurrency, "path": path,
+                     **{key: pair[key] / tp2[key] for key in ("output_tok_s", "tpot_p50_ms", "tpot_p99_ms")
+                        if pair.get(key) and tp2.get(key)}}
+            ratios.append(ratio)
+            lines.append(f"\nconcurrency {concurrency}, {PATHS[path]}: two one-GPU scenes / one TP=2 scene = "
+                         f"{ratio.get('output_tok_s', 0):.2f}x the output tokens/s, "
+                         f"{ratio.get('tpot_p50_ms', 0):.2f}x the TPOT p50, {ratio.get('tpot_p99_ms', 0):.2f}x the TPOT p99")
+gpus = (state / "gpus.csv").read_text().strip().splitlines() if (state / "gpus.csv").exists() else []
+report = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "gpus": gpus,
+          "load": {"input_len": 512, "output_len": 128, "dataset": "random", "ignore_eos": True,
+                   "prompts": f"{waves} x concurrency", "warmups": "concurrency"},
+          "rows": rows, "ratios": ratios}
+(state / "tp2-versus.json").write_text(json.dumps(report, indent=2) + "\n")
+(state / "tp2-versus.md").write_text("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
+    cp "$STATE/tp2-versus.json" "$STATE/tp2-versus.md" "$OUT/" 2>>"$STATE/summary.txt"
+    echo "-- step took ${SECONDS} s" >>"$STATE/summary.txt"
+    pack tp2-versus
+    ;;
   facts)
     ansible_tools
-    nvidia-smi "--query-gpu=index,pci.device_id,pcie.link.gen.current,pcie.link.width.current,pcie.link.gen.max,pcie.link.width.max" \
-      --format=csv,noheader,nounits >"$STATE/smi-links.csv" 2>&1
-    nvidia-smi topo -p2p r >"$STATE/topo-p2p-r.txt" 2>&1
-    nvidia-smi topo -m >"$STATE/topo-m.txt" 2>&1
+    gpu_captures
     timed facts ansible "${INVENTORY[@]}" gpu_hosts -m vllm_fleet_gpu_facts -a 'profiles={{ {} | vllm_fleet_card_matchers }}'
     timed plan-facts ansible-playbook "${INVENTORY[@]}" playbooks/plan.yml "${PER_GPU[@]}"
     cat "$STATE/smi-links.csv" "$STATE/topo-p2p-r.txt" "$STATE/topo-m.txt" "$STATE/facts.log"
@@ -396,7 +846,7 @@ PY
     pack compile-cache
     ;;
   *)
-    sed -n '2,11p' "$0"
+    awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"
     exit 2
     ;;
 esac
