@@ -490,9 +490,10 @@ print(lab_secrets(Path("inventory/lab/group_vars/gateways/vault.yml"))["vault_la
       echo "GET /v1/models through the gateway: $(curl -s -o /dev/null -w '%{http_code}' --cacert "$run_dir/client-ca.pem" \
         -H "Authorization: Bearer $key" "https://$gateway_name/v1/models")" | tee -a "$STATE/summary.txt"
     done
+    # Each run's prompts are new to the scene: a gateway run on its direct run's seed would find them in the prefix cache.
     for run in $(seq 1 "${GATEWAY_RUNS:-5}"); do
       bench_gateway "direct-$run" http://127.0.0.1:8000 "$scene_key" "$run" || echo "direct run $run failed" | tee -a "$STATE/summary.txt"
-      bench_gateway "gateway-$run" "https://$gateway_name" "$user_key" "$run" || echo "gateway run $run failed" | tee -a "$STATE/summary.txt"
+      bench_gateway "gateway-$run" "https://$gateway_name" "$user_key" "$((1000 + run))" || echo "gateway run $run failed" | tee -a "$STATE/summary.txt"
       (( SECONDS < ${GPU_PROOF_DEADLINE:-540} )) || break
     done
     python3 - "$STATE" <<'PY' | tee -a "$STATE/summary.txt"
