@@ -114,9 +114,11 @@ def test_p2p_from_the_matrix_then_the_registry() -> None:
 def test_nccl_settings_only_where_p2p_is_absent_and_the_users_win() -> None:
     """Without P2P a TP scene gets NCCL_P2P_DISABLE=1 and custom all-reduce off; GeForce cards whose P2P a patched
     driver turned on (a real matrix) keep NCCL's P2P but not custom all-reduce; workstation cards with P2P keep both;
-    one card gets nothing; a value the scene sets itself wins."""
+    every TP scene bootstraps NCCL and Gloo on loopback; one card gets nothing; a value the scene sets itself wins."""
+    loopback = {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
     [no_p2p] = resolve([big([0, 1])], host_facts(topology=NO_P2P))
-    assert no_p2p["env"]["NCCL_P2P_DISABLE"] == "1" and no_p2p["engine_args"]["disable-custom-all-reduce"] is True
+    assert no_p2p["env"] == {**loopback, "NCCL_P2P_DISABLE": "1"}
+    assert no_p2p["engine_args"]["disable-custom-all-reduce"] is True
     patched = host_facts(topology=data("topo-p2p-rw-2x-rtx3090-patched-ok.txt"))
     assert patched["p2p"] == [["X", "OK"], ["OK", "X"]]
     [geforce] = resolve([big([0, 1])], patched)
@@ -124,13 +126,16 @@ def test_nccl_settings_only_where_p2p_is_absent_and_the_users_win() -> None:
     a6000 = host_facts("smi-rtx-a6000.csv", topology=None)
     a6000["gpus"].append({**a6000["gpus"][0], "index": 1})
     [workstation] = resolve([big([0, 1])], a6000)
-    assert "NCCL_P2P_DISABLE" not in workstation["env"]
+    assert workstation["env"] == loopback
     assert "disable-custom-all-reduce" not in workstation["engine_args"]
     [one] = resolve([big([0])], host_facts())
-    assert "NCCL_P2P_DISABLE" not in one["env"] and "disable-custom-all-reduce" not in one["engine_args"]
-    own = {**big([0, 1], disable_custom_all_reduce=False), "env": {"NCCL_P2P_DISABLE": "0"}}
+    assert not set(one["env"]) & {"NCCL_P2P_DISABLE", *loopback}
+    assert "disable-custom-all-reduce" not in one["engine_args"]
+    own_env = {"NCCL_P2P_DISABLE": "0", "NCCL_SOCKET_IFNAME": "=ib0"}
+    own = {**big([0, 1], disable_custom_all_reduce=False), "env": own_env}
     [kept] = resolve([own], host_facts(topology=NO_P2P))
-    assert kept["env"]["NCCL_P2P_DISABLE"] == "0" and kept["engine_args"]["disable-custom-all-reduce"] is False
+    assert kept["env"] == {**loopback, **own_env}
+    assert kept["engine_args"]["disable-custom-all-reduce"] is False
 
 
 @pytest.mark.parametrize(("capture", "p2p"), [("topo-p2p-r-8x-h100-ok.txt", True), ("topo-p2p-r-2x-l4-cns.txt", False),

@@ -79,12 +79,13 @@ def test_gpus_all_renders_one_unit_per_card(tmp_path: Path) -> None:
                                  "char-nvidia-caps r"]
         env = environment(unit)
         assert (env["CUDA_VISIBLE_DEVICES"], env["CUDA_DEVICE_ORDER"]) == (str(index), "PCI_BUS_ID")
-        assert "NCCL_P2P_DISABLE" not in env and "DevicePolicy=closed" in unit
+        assert not set(env) & {"NCCL_P2P_DISABLE", "NCCL_SOCKET_IFNAME"} and "DevicePolicy=closed" in unit
     verify(tmp_path)
 
 
 def test_tensor_parallel_unit_opens_both_cards_without_p2p(tmp_path: Path) -> None:
-    """A scene over both cards opens both, and NCCL copies through the host (no P2P on GeForce cards)."""
+    """A scene over both cards opens both, NCCL copies through the host (no P2P on GeForce cards), and NCCL and Gloo
+    bootstrap on loopback, the only addresses the unit may reach."""
     units, resolved = render(tmp_path, [{"name": "realtime", "gpus": [0, 1]}])
     assert resolved[0]["engine_args"]["tensor-parallel-size"] == 2
     assert resolved[0]["engine_args"]["disable-custom-all-reduce"] is True
@@ -92,6 +93,8 @@ def test_tensor_parallel_unit_opens_both_cards_without_p2p(tmp_path: Path) -> No
     assert [d for d in devices(unit) if d.startswith("/dev/nvidia")] == ["/dev/nvidiactl rw", "/dev/nvidia0 rw",
                                                                           "/dev/nvidia1 rw"]
     assert environment(unit)["NCCL_P2P_DISABLE"] == "1" and environment(unit)["CUDA_VISIBLE_DEVICES"] == "0,1"
+    assert (environment(unit)["NCCL_SOCKET_IFNAME"], environment(unit)["GLOO_SOCKET_IFNAME"]) == ("lo", "lo")
+    assert "IPAddressAllow=localhost\nIPAddressDeny=any" in unit
     verify(tmp_path)
 
 

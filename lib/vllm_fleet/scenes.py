@@ -221,6 +221,11 @@ def _profiles(gpus_fact: dict[str, Any] | None, indexes: list[int]) -> list[card
 # those too, while NCCL keeps P2P.
 NO_P2P_ENV = {"NCCL_P2P_DISABLE": "1"}
 NO_CUSTOM_ALL_REDUCE = {"disable-custom-all-reduce": True}
+# The ranks of a scene over several GPUs all run on its host, and its unit lets it reach loopback addresses only
+# (IPAddressAllow=localhost, IPAddressDeny=any). NCCL bootstraps over the first interface that is neither lo nor
+# docker* (NCCL's documented default), and Gloo, vLLM's CPU group, over the address the host name resolves to: both
+# would reach the host's own LAN address, which the unit refuses, and the engine would hang in its start.
+LOOPBACK_ENV = {"NCCL_SOCKET_IFNAME": "lo", "GLOO_SOCKET_IFNAME": "lo"}
 
 
 def _geforce(gpus_fact: dict[str, Any] | None, indexes: list[int]) -> bool:
@@ -229,15 +234,16 @@ def _geforce(gpus_fact: dict[str, Any] | None, indexes: list[int]) -> bool:
 
 
 def apply_gpu_settings(scenes: list[Scene], gpus_fact: dict[str, Any] | None) -> list[Scene]:
-    """Give each scene over several GPUs the settings that run it: NCCL_P2P_DISABLE=1 without peer-to-peer (or where
-    it is not known), custom all-reduce off without P2P or on GeForce cards; a value the scene sets itself wins."""
+    """Give each scene over several GPUs the settings that run it: NCCL and Gloo on loopback, NCCL_P2P_DISABLE=1
+    without peer-to-peer (or where it is not known), custom all-reduce off without P2P or on GeForce cards; a value
+    the scene sets itself wins."""
     applied = []
     for scene in scenes:
         if len(scene["gpus"]) < 2:
             applied.append(scene)
             continue
         p2p = peer_to_peer(gpus_fact, scene["gpus"])
-        env = scene["env"] if p2p else {**NO_P2P_ENV, **scene["env"]}
+        env = {**LOOPBACK_ENV, **({} if p2p else NO_P2P_ENV), **scene["env"]}
         args = (scene["engine_args"] if p2p and not _geforce(gpus_fact, scene["gpus"])
                 else {**NO_CUSTOM_ALL_REDUCE, **scene["engine_args"]})
         applied.append({**scene, "env": env, "engine_args": args})
