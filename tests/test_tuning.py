@@ -10,7 +10,10 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "lib"))
 
+import yaml  # noqa: E402
 from vllm_fleet import tuning  # noqa: E402
+from yamllint import linter  # noqa: E402
+from yamllint.config import YamlLintConfig  # noqa: E402
 
 
 def bench(goodput: float, throughput: float = 10.0, output: float = 320.0, failed: int = 0,
@@ -93,6 +96,21 @@ def test_the_winner_has_the_highest_goodput_at_its_knee_and_the_rest_say_why_not
     assert tuning.suggested_vars(deployed, "realtime", result) == {"vllm_scenes_list": [
         {"name": "realtime", "api_key_var": "k", "engine_args": {"max-num-batched-tokens": 1024, "max-num-seqs": 4}},
         {"name": "batch"}]}
+
+
+def test_the_vars_file_is_the_suggestion_with_its_reason_and_passes_yamllint_defaults() -> None:
+    """The file a user commits loads back to the suggested vars, and yamllint's default rules (80 columns, lists
+    indented under their key) find nothing in it, however long the verdict."""
+    suggested = {"vllm_scenes_list": [{"name": "realtime", "api_key_var": "vault_lab_realtime_api_key",
+                                       "engine_args": {"max-num-seqs": 32, "max-num-batched-tokens": 2048}},
+                                      {"name": "batch", "gpus": [0, 1]}]}
+    message = ("deployed: 5263.5 output tok/s within the SLO at concurrency 32 (the sweep's top: it may hold more; "
+               "raise vllm_tune_max_concurrency to look further)")
+    text = tuning.vars_file(suggested, "mtnb1", "realtime", message)
+    assert yaml.safe_load(text) == suggested
+    assert " ".join(line[2:] for line in text.splitlines() if line.startswith("# ")).startswith(
+        f"Suggested by playbooks/tune.yml for mtnb1's realtime: {message}. Commit it as host_vars/mtnb1/tuned.yml")
+    assert [problem.desc for problem in linter.run(text, YamlLintConfig("extends: default"))] == []
 
 
 def test_an_impossible_slo_names_the_best_step_seen_instead_of_failing() -> None:

@@ -3,9 +3,13 @@ its goodput, the knee, the winning candidate of engine arguments, and the report
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import textwrap
 from typing import Any
+
+import yaml
 
 from . import FleetError
 from .scenes import dash
@@ -126,6 +130,24 @@ def suggested_vars(scenes: list[dict[str, Any]], scene: str, result: dict[str, A
         return None
     settings = {**winner.get("engine_args", {}), "max-num-seqs": winner["knee"]["concurrency"]}
     return {"vllm_scenes_list": candidate_scenes(scenes, scene, settings)}
+
+
+class _ListIndentingDumper(yaml.SafeDumper):
+    """PyYAML's safe dumper, indenting a list under its key as yamllint's default indentation rule wants."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        """Indent every block list, a mapping's value too."""
+        super().increase_indent(flow, False)
+
+
+def vars_file(suggested: dict[str, Any], host: str, scene: str, message: str) -> str:
+    """Return the suggested vars file a user commits: why and how as comments, then the variables, yamllint clean."""
+    notes = [f"Suggested by playbooks/tune.yml for {host}'s {scene}: {message}.",
+             f"Commit it as host_vars/{host}/tuned.yml (it sets the host's vllm_scenes_list) and roll it out."]
+    comments = [f"# {line}" for note in notes for line in textwrap.wrap(note, 76, break_on_hyphens=False)]
+    # JSON first: Ansible hands the filter its own str and dict subclasses, which the safe dumper refuses.
+    body = yaml.dump(json.loads(json.dumps(suggested)), Dumper=_ListIndentingDumper, sort_keys=False, width=76)
+    return "\n".join(["---", *comments, body])
 
 
 def markdown(host: str, scene: str, result: dict[str, Any]) -> str:

@@ -167,4 +167,5 @@ class FilterModule:
             "vllm_fleet_tune_report": tuning.report,
             "vllm_fleet_tune_markdown": tuning.markdown,
             "vllm_fleet_tune_suggested_vars": tuning.suggested_vars,
+            "vllm_fleet_tune_vars_file": tuning.vars_file,
         }
