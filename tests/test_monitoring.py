@@ -259,6 +259,17 @@ def test_targets_cover_every_scene_of_every_host_through_its_ingress() -> None:
                                 "labels": {"host": "gw", "__metrics_path__": "/metrics/gateway"}}]
 
 
+def test_metric_paths_have_one_home_that_the_haproxy_templates_read() -> None:
+    """The ingress allows node_exporter's path and each scene's, the field HAProxy reads from a scene's path is its
+    name, and neither HAProxy template writes one of the paths itself."""
+    paths = monitoring.metrics_paths([{"name": "realtime"}, {"name": "batch"}])
+    assert paths["ingress"] == ["/metrics/node", "/metrics/scene/batch", "/metrics/scene/realtime"]
+    assert "/metrics/scene/realtime".split("/")[paths["scene_field"] - 1] == "realtime"
+    for role in ("vllm_ingress", "vllm_gateway"):
+        template = (REPO / "roles" / role / "templates" / "haproxy.cfg.j2").read_text()
+        assert not re.findall(r"/metrics/\w", template), role
+
+
 def test_prometheus_config_passes_promtool(tmp_path: Path) -> None:
     """The rendered prometheus.yml (mutual TLS to the fleet's jobs) passes promtool's check."""
     for name in ("ca.pem", "client.crt", "client.key"):

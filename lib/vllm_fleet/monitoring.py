@@ -239,6 +239,14 @@ def _scene_names(scenes: Any) -> list[str]:
     return sorted(str(s["name"]) for s in scenes or [] if isinstance(s, dict) and s.get("name"))
 
 
+def metrics_paths(scenes: Any) -> dict[str, Any]:
+    """Return what the ingress and the gateway answer the monitoring hosts: node_exporter's and HAProxy's paths, the
+    scene prefix and which field of a scene's path (HAProxy's field(N,/)) names it, and the ingress's allowed paths."""
+    return {"node": NODE_PATH, "gateway": GATEWAY_PATH, "scene_prefix": SCENE_PATH,
+            "scene_field": SCENE_PATH.count("/") + 1,
+            "ingress": [NODE_PATH, *(SCENE_PATH + name for name in _scene_names(scenes))]}
+
+
 def scrape_targets(scenes_by_host: dict[str, Any], ingress_by_host: dict[str, Any], gateway_by_host: dict[str, Any],
                    previous: dict[str, Any] | None = None, local: dict[str, Any] | None = None) -> dict[str, list[Any]]:
     """Return file-based discovery groups per job: each GPU host's scenes and node_exporter through its ingress, each

@@ -119,6 +119,7 @@ class FilterModule:
             "vllm_fleet_bench_command": verify.bench_command,
             "vllm_fleet_gpu_limits": monitoring.gpu_limits,
             "vllm_fleet_scrape_targets": monitoring.scrape_targets,
+            "vllm_fleet_metrics_paths": monitoring.metrics_paths,
             "vllm_fleet_prometheus_config": monitoring.prometheus_config,
             "vllm_fleet_prometheus_web_config": monitoring.web_config,
             "vllm_fleet_host_port": monitoring.host_port,
