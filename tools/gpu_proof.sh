@@ -186,6 +186,17 @@ GW_RUN=$STATE/haproxy  # the HAProxy configs and keys while a gateway runs (gate
 lab_file() {  # lab_file ADDRESS PATH: a file of a lab host, as root over SSH
   ssh -i "$LAB_KEYS/id_ed25519" -o UserKnownHostsFile="$LAB_KEYS/known_hosts" -o StrictHostKeyChecking=yes "root@$1" cat "$2"
 }
+gateway_configs() {  # gateway_configs: gateway-pack's HAProxy configs and keys into $GW_RUN, root-only, with its paths
+  rm -rf "$GW_RUN" && mkdir -p "$GW_RUN" && cp .gpu-gateway/* "$GW_RUN/" && chmod 600 "$GW_RUN"/*
+  sed -i -e "s#@DIR@#$GW_RUN#g" -e "s#@RUN@#$GW_RUN#g" "$GW_RUN"/*haproxy.cfg
+}
+gateway_hostname() {  # gateway_hostname: the name the gateway's certificate gives it, resolved to its loopback address
+  # (127.0.0.3): the client reaches the lab gateway by that name, here on one host
+  local name
+  name=$(openssl x509 -noout -ext subjectAltName -in "$GW_RUN/gateway-tls.pem" | grep -o 'DNS:[^,]*' | head -1 | cut -c5-)
+  grep -q " $name\$" /etc/hosts || echo "127.0.0.3 $name" >>/etc/hosts
+  echo "$name"
+}
 GATEWAY_LOAD=(--backend=openai-chat --endpoint=/v1/chat/completions --dataset-name=random --random-input-len=512
   --random-output-len=128 --num-prompts=480 --max-concurrency=16 --ignore-eos --request-rate=inf
   --percentile-metrics=ttft,tpot,e2el --metric-percentiles=50,99)
@@ -353,8 +364,7 @@ gateway_up() {  # gateway_up GATEWAY_CFG INGRESS_CFG=ADDRESS=SCENE...: gateway-p
   # limit on requests at once lifted (a load of 64 would meet the lab user's 64 whenever a finished request's stream
   # outlives the client's next request by a moment; the proof measures the layouts, not that limit)
   local spec cfg address scene seqs part
-  rm -rf "$GW_RUN" && mkdir -p "$GW_RUN" && cp .gpu-gateway/* "$GW_RUN/" && chmod 600 "$GW_RUN"/*
-  sed -i -e "s#@DIR@#$GW_RUN#g" -e "s#@RUN@#$GW_RUN#g" "$GW_RUN"/*haproxy.cfg
+  gateway_configs
   export LD_LIBRARY_PATH=$PWD/.gpu-tools/haproxy/lib
   for spec in "${@:2}"; do
     IFS='=' read -r cfg address scene <<<"$spec"
@@ -374,9 +384,7 @@ gateway_up() {  # gateway_up GATEWAY_CFG INGRESS_CFG=ADDRESS=SCENE...: gateway-p
   .gpu-tools/haproxy/haproxy -f "$GW_RUN/up-gateway.cfg" >"$STATE/haproxy-up-gateway.log" 2>&1 &
   echo $! >"$STATE/haproxy-up-gateway.pid"
   unset LD_LIBRARY_PATH
-  # The gateway's certificate names the lab gateway: the client reaches it by that name, here on loopback.
-  GW_NAME=$(openssl x509 -noout -ext subjectAltName -in "$GW_RUN/gateway-tls.pem" | grep -o 'DNS:[^,]*' | head -1 | cut -c5-)
-  grep -q " $GW_NAME\$" /etc/hosts || echo "127.0.0.3 $GW_NAME" >>/etc/hosts
+  GW_NAME=$(gateway_hostname)
   local states="" tries
   for tries in $(seq 1 30); do  # the health checks (rise 2, every second) put each scene in rotation
     states=$(gateway_servers)
@@ -471,13 +479,10 @@ print(lab_secrets(Path("inventory/lab/group_vars/gateways/vault.yml"))["vault_la
     ;;
   gateway)
     wait_healthy realtime 8000 cold && engine_lines realtime
-    run_dir=$STATE/haproxy && mkdir -p "$run_dir" && cp .gpu-gateway/* "$run_dir/" && chmod 600 "$run_dir"/*
-    sed -i -e "s#@DIR@#$run_dir#g" -e "s#@RUN@#$run_dir#g" "$run_dir"/*haproxy.cfg
-    scene_key=$(sed -n 's/^VLLM_API_KEY=//p' /etc/vllm/scenes/realtime.env)
+    gateway_configs && run_dir=$GW_RUN
+    scene_key=$(scene_key realtime)
     user_key=$(cat "$run_dir/user.key")
-    # The gateway's certificate names the lab gateway: the client reaches it by that name, here on loopback.
-    gateway_name=$(openssl x509 -noout -ext subjectAltName -in "$run_dir/gateway-tls.pem" | grep -o 'DNS:[^,]*' | head -1 | cut -c5-)
-    grep -q " $gateway_name\$" /etc/hosts || echo "127.0.0.3 $gateway_name" >>/etc/hosts
+    gateway_name=$(gateway_hostname)
     export LD_LIBRARY_PATH=$PWD/.gpu-tools/haproxy/lib
     for part in ingress gateway; do
       .gpu-tools/haproxy/haproxy -c -f "$run_dir/$part-haproxy.cfg" >>"$STATE/haproxy-check.log" 2>&1 || { cat "$STATE/haproxy-check.log"; exit 1; }
