@@ -443,8 +443,11 @@ case ${1:-} in
   tune)
     ansible_tools
     scenes=$(python3 -c 'import json, sys; print(json.dumps({"vllm_tune_scenes": sys.argv[1:]}))' "${@:2}")
-    timed "tune-$2" ansible-playbook "${INVENTORY[@]}" playbooks/tune.yml -e @inventory/extra-vars/gpu-proof-tune.yml \
-      -e "$scenes" -e vllm_tune_report_dir="$OUT/tune" -e vllm_verify_report_dir="$STATE/tune-verify-$2"
+    # Ansible's log file stamps each task with the time: how long each scene's sweep took.
+    ANSIBLE_LOG_PATH="$STATE/tune-$2.stamped.log" timed "tune-$2" ansible-playbook "${INVENTORY[@]}" playbooks/tune.yml \
+      -e @inventory/extra-vars/gpu-proof-tune.yml -e "$scenes" -e vllm_tune_report_dir="$OUT/tune" \
+      -e vllm_verify_report_dir="$STATE/tune-verify-$2"
+    cp -r /var/lib/vllm/verify/tune "$STATE/tune-results-$2" 2>/dev/null  # each step's vllm bench serve result
     grep -E "msg: .*(within the SLO|no setting)" "$STATE/tune-$2.log" | cut -c1-400 >>"$STATE/summary.txt"
     echo "-- step took ${SECONDS} s" >>"$STATE/summary.txt"
     pack "tune-$2"
