@@ -22,7 +22,8 @@
 #                             captured its CUDA graphs (vLLM sizes its KV cache from the memory it measures while
 #                             profiling: another scene's allocations must not come and go meanwhile), then wait for all
 #   tune NAME...              playbooks/tune.yml over these scenes (-e @inventory/extra-vars/gpu-proof-tune.yml), its
-#                             reports straight into $OUT/tune (what a cut-off call wrote still comes back)
+#                             reports and Ansible's time-stamped log straight into $OUT/tune (what a cut-off call
+#                             wrote still comes back)
 #   gateway-pack GPU GW [GPU2]  ON THE CONTROLLER, with `make lab` up: the kit's HAProxy configs as the lab rendered
 #                             them (GPU: the lab GPU host's address, GW: the gateway's), moved to this one host's loopback,
 #                             into .gpu-gateway/, and the controller's haproxy binary and its libraries into .gpu-tools/;
@@ -443,8 +444,10 @@ case ${1:-} in
   tune)
     ansible_tools
     scenes=$(python3 -c 'import json, sys; print(json.dumps({"vllm_tune_scenes": sys.argv[1:]}))' "${@:2}")
-    # Ansible's log file stamps each task with the time: how long each scene's sweep took.
-    ANSIBLE_LOG_PATH="$STATE/tune-$2.stamped.log" timed "tune-$2" ansible-playbook "${INVENTORY[@]}" playbooks/tune.yml \
+    # Ansible's log file stamps each task with the time: how long each scene's sweep took. It goes straight into
+    # $OUT, as the reports do, so a call cut off at its limit still brings the timings back.
+    mkdir -p "$OUT/tune"
+    ANSIBLE_LOG_PATH="$OUT/tune/tune-$2.stamped.log" timed "tune-$2" ansible-playbook "${INVENTORY[@]}" playbooks/tune.yml \
       -e @inventory/extra-vars/gpu-proof-tune.yml -e "$scenes" -e vllm_tune_report_dir="$OUT/tune" \
       -e vllm_verify_report_dir="$STATE/tune-verify-$2"
     cp -r /var/lib/vllm/verify/tune "$STATE/tune-results-$2" 2>/dev/null  # each step's vllm bench serve result
