@@ -23,7 +23,8 @@
 #                             profiling: another scene's allocations must not come and go meanwhile), then wait for all
 #   tune NAME...              playbooks/tune.yml over these scenes (-e @inventory/extra-vars/gpu-proof-tune.yml), its
 #                             reports and Ansible's time-stamped log straight into $OUT/tune (what a cut-off call
-#                             wrote still comes back)
+#                             wrote still comes back; TUNE_EXTRA: more ansible-playbook arguments, e.g. a lower
+#                             ceiling where the device time left is short: "-e vllm_tune_max_concurrency=64")
 #   gateway-pack GPU GW [GPU2]  ON THE CONTROLLER, with `make lab` up: the kit's HAProxy configs as the lab rendered
 #                             them (GPU: the lab GPU host's address, GW: the gateway's), moved to this one host's loopback,
 #                             into .gpu-gateway/, and the controller's haproxy binary and its libraries into .gpu-tools/;
@@ -447,9 +448,10 @@ case ${1:-} in
     # Ansible's log file stamps each task with the time: how long each scene's sweep took. It goes straight into
     # $OUT, as the reports do, so a call cut off at its limit still brings the timings back.
     mkdir -p "$OUT/tune"
+    read -ra tune_extra <<<"${TUNE_EXTRA:-}"
     ANSIBLE_LOG_PATH="$OUT/tune/tune-$2.stamped.log" timed "tune-$2" ansible-playbook "${INVENTORY[@]}" playbooks/tune.yml \
       -e @inventory/extra-vars/gpu-proof-tune.yml -e "$scenes" -e vllm_tune_report_dir="$OUT/tune" \
-      -e vllm_verify_report_dir="$STATE/tune-verify-$2"
+      -e vllm_verify_report_dir="$STATE/tune-verify-$2" "${tune_extra[@]}"
     cp -r /var/lib/vllm/verify/tune "$STATE/tune-results-$2" 2>/dev/null  # each step's vllm bench serve result
     grep -E "msg: .*(within the SLO|no setting)" "$STATE/tune-$2.log" | cut -c1-400 >>"$STATE/summary.txt"
     echo "-- step took ${SECONDS} s" >>"$STATE/summary.txt"
