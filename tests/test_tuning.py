@@ -141,6 +141,16 @@ def test_markdown_lists_every_step() -> None:
     assert "| 4 | 50% | 200.0 | 400.0 |" in text
 
 
+def test_markdown_gives_each_candidates_time_where_the_run_measured_it() -> None:
+    """A candidate's heading says how long its start and sweep took; a report without the figure (one merged from
+    runs before it was kept) says nothing of it."""
+    timed = {"name": "deployed", "engine_args": {}, "steps": sweep(1.0), "seconds": 83.46}
+    assert "## deployed (as deployed): knee at concurrency 1; 83 s with its start" in tuning.markdown(
+        "h1", "realtime", tuning.verdict([timed], 0.99))
+    untimed = {k: v for k, v in timed.items() if k != "seconds"}
+    assert " s with its start" not in tuning.markdown("h1", "realtime", tuning.verdict([untimed], 0.99))
+
+
 @pytest.mark.parametrize("suffix", ["svg", "png"])
 def test_the_picture_has_a_point_per_step_and_the_slo_line(tmp_path: object, suffix: str) -> None:
     """The SVG holds one marker per step on each candidate's goodput and TPOT lines, a ring at each knee and the SLO

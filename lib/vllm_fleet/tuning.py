@@ -158,6 +158,7 @@ def markdown(host: str, scene: str, result: dict[str, Any]) -> str:
         state = f"dropped: {candidate['dropped']}" if candidate["dropped"] else (
             f"knee at concurrency {candidate['knee']['concurrency']}")
         state += f"; the sweep stopped: {candidate['stopped']}" if candidate.get("stopped") else ""
+        state += f"; {candidate['seconds']:.0f} s with its start" if candidate.get("seconds") is not None else ""
         lines += [f"## {candidate['name']} ({args}): {state}", ""]
         if candidate.get("steps"):
             lines += ["| concurrency | within SLO | goodput tok/s | output tok/s | TTFT p99 ms | TPOT p50 / p99 ms |",

@@ -117,6 +117,8 @@ def test_the_sweep_finds_a_knee_and_writes_the_report_picture_and_vars() -> None
     line = next(g for g in svg.iter("{http://www.w3.org/2000/svg}g") if g.get("id") == "goodput-deployed")
     assert len(list(line.iter("{http://www.w3.org/2000/svg}use"))) == len(deployed["steps"])
     assert "# Tuning of realtime on mmon1" in base.with_suffix(".md").read_text()
+    # Each candidate's start and sweep are timed, within the scene's time budget (the tuner's default, 900 s).
+    assert all(0 < c["seconds"] < 900 for c in result["candidates"]), result["candidates"]
     suggested = yaml.safe_load(Path(f"{base}.vars.yml").read_text())
     (scene,) = [s for s in suggested["vllm_scenes_list"] if s["name"] == "realtime"]
     assert scene["engine_args"]["max-num-seqs"] == deployed["knee"]["concurrency"]
