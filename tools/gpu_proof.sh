@@ -445,8 +445,8 @@ case ${1:-} in
   tune)
     ansible_tools
     scenes=$(python3 -c 'import json, sys; print(json.dumps({"vllm_tune_scenes": sys.argv[1:]}))' "${@:2}")
-    # Ansible's log file stamps each task with the time: how long each scene's sweep took. It goes straight into
-    # $OUT, as the reports do, so a call cut off at its limit still brings the timings back.
+    # Ansible's log file stamps each task with the time (the reports time each candidate; the log also the restore
+    # and verification). It goes straight into $OUT, as the reports do, so a cut-off call still brings it back.
     mkdir -p "$OUT/tune"
     read -ra tune_extra <<<"${TUNE_EXTRA:-}"
     ANSIBLE_LOG_PATH="$OUT/tune/tune-$2.stamped.log" timed "tune-$2" ansible-playbook "${INVENTORY[@]}" playbooks/tune.yml \
