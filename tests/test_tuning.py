@@ -339,3 +339,11 @@ def test_a_host_the_gateways_route_to_is_refused_with_the_drain_command() -> Non
     assert problem.startswith("gpu1: the gateway gw1, gw2 still routes requests to its scenes")
     assert "ansible-playbook playbooks/rotation.yml -l gpu1 -e vllm_gateway_rotation=drain" in problem
     assert tuning.routing_problems("gpu1", []) == []
+
+
+def test_a_first_step_nobody_answered_is_told_apart_from_a_slow_one() -> None:
+    """All requests failed (a scene not serving yet): the reason says so, not that the SLO broke."""
+    silent = {**bench(0, throughput=0, output=0), "completed": 0, "failed": 8}
+    unanswered = [tuning.step(silent, 1)] + sweep(1.0, 1.0)[1:]
+    result = tuning.verdict([{"name": "deployed", "engine_args": {}, "steps": unanswered}], 0.99)
+    assert result["candidates"][0]["dropped"] == "no request was answered at concurrency 1 (8 failed)"

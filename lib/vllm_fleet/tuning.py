@@ -94,6 +94,13 @@ def check_share(share: Any) -> float:
     return value
 
 
+def first_step_failure(first: dict[str, Any]) -> str:
+    """Return why a candidate whose first step broke the SLO is dropped: no answer at all, or answers too slow."""
+    if first["failed"] and not first["completed"]:
+        return f"no request was answered at concurrency {first['concurrency']} ({first['failed']} failed)"
+    return f"breaks the SLO at concurrency {first['concurrency']}"
+
+
 def verdict(candidates: list[dict[str, Any]], share: float) -> dict[str, Any]:
     """Return the candidates' verdict: each with its knee (or why it was dropped), and the winner, the candidate
     whose knee has the highest goodput; with no knee anywhere, "no setting meets the SLO" and the best step seen."""
@@ -103,7 +110,7 @@ def verdict(candidates: list[dict[str, Any]], share: float) -> dict[str, Any]:
         found = None if candidate.get("error") else knee(steps, share)
         dropped = candidate.get("error") or (None if found else "no step met the SLO")
         if steps and not candidate.get("error") and not meets(steps[0], share):
-            dropped = f"breaks the SLO at concurrency {steps[0]['concurrency']}"
+            dropped = first_step_failure(steps[0])
         judged.append({**candidate, "knee": found, "dropped": dropped})
         for seen in steps:
             if best_step is None or closeness(seen) > closeness(best_step):
