@@ -11,6 +11,7 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "lib"))
 
 import yaml  # noqa: E402
+from vllm_fleet import sweep as runner  # noqa: E402
 from vllm_fleet import tuning  # noqa: E402
 from yamllint import linter  # noqa: E402
 from yamllint.config import YamlLintConfig  # noqa: E402
@@ -25,7 +26,7 @@ def bench(goodput: float, throughput: float = 10.0, output: float = 320.0, faile
 
 def sweep(*shares: float) -> list[dict[str, object]]:
     """Return steps at concurrency 1, 2, 4, ... with these shares within the SLO and output rising with it."""
-    return [tuning.step(bench(10 * share, output=100.0 * 2 ** n), 2 ** n) for n, share in enumerate(shares)]
+    return [runner.step(bench(10 * share, output=100.0 * 2 ** n), 2 ** n) for n, share in enumerate(shares)]
 
 
 def test_levels_double_up_to_twice_max_num_seqs() -> None:
@@ -45,11 +46,11 @@ def test_goodput_args_hold_requests_to_the_p99_targets() -> None:
 def test_step_share_and_goodput() -> None:
     """Share = request goodput / request throughput; goodput = output tokens/s of the good share; a result without
     goodput is refused (the load test ran without --goodput)."""
-    found = tuning.step(bench(9.9, output=1000.0), 16)
+    found = runner.step(bench(9.9, output=1000.0), 16)
     assert found["slo_share"] == pytest.approx(0.99) and found["goodput"] == pytest.approx(990.0)
     assert found["concurrency"] == 16 and found["p99_tpot_ms"] == 30.0
-    with pytest.raises(tuning.TuningError, match="--goodput"):
-        tuning.step({"request_throughput": 1.0}, 1)
+    with pytest.raises(runner.SweepError, match="--goodput"):
+        runner.step({"request_throughput": 1.0}, 1)
 
 
 def test_knee_is_the_highest_concurrency_within_the_slo_and_failures_break_it() -> None:
@@ -57,14 +58,14 @@ def test_knee_is_the_highest_concurrency_within_the_slo_and_failures_break_it() 
     steps = sweep(1.0, 1.0, 0.995, 0.97, 0.5)
     assert tuning.knee(steps, 0.99)["concurrency"] == 4
     assert tuning.knee(steps, 0.95)["concurrency"] == 8
-    assert tuning.knee([tuning.step(bench(10, failed=1), 1)], 0.5) is None
+    assert tuning.knee([runner.step(bench(10, failed=1), 1)], 0.5) is None
 
 
 def test_the_sweep_stops_after_two_breaking_steps_in_a_row() -> None:
     """One breaking step is noise; two in a row end the sweep."""
-    assert not tuning.stop_early(sweep(1.0, 0.9), 0.99)
-    assert not tuning.stop_early(sweep(0.9, 1.0), 0.99)
-    assert tuning.stop_early(sweep(1.0, 0.9, 0.8), 0.99)
+    assert not runner.stop_early(sweep(1.0, 0.9), 0.99)
+    assert not runner.stop_early(sweep(0.9, 1.0), 0.99)
+    assert runner.stop_early(sweep(1.0, 0.9, 0.8), 0.99)
 
 
 @pytest.mark.parametrize("share", [0, -0.5, 1.01, "1.5", "most", True, None, float("nan")])
@@ -125,7 +126,7 @@ def test_an_impossible_slo_names_the_best_step_seen_instead_of_failing() -> None
 
 def test_with_no_goodput_anywhere_the_best_seen_is_the_step_of_lowest_latency() -> None:
     """When every step has no request within the SLO, the best seen is the one that came nearest: lowest p99 TPOT."""
-    steps = [tuning.step(bench(0, output=100.0, p99_tpot=tpot), level)
+    steps = [runner.step(bench(0, output=100.0, p99_tpot=tpot), level)
              for level, tpot in ((1, 30.0), (2, 12.0), (4, 50.0))]
     result = tuning.verdict([{"name": "deployed", "engine_args": {}, "steps": steps}], 0.99)
     assert result["best_seen"]["concurrency"] == 2
@@ -244,13 +245,33 @@ def test_bad_candidates_are_refused(listed: object) -> None:
     assert problem.startswith("h1: vllm_tune_candidates.realtime")
 
 
-def test_the_sweep_stops_for_the_budget_a_failed_load_test_or_two_breaking_steps() -> None:
-    """timeout's 124 is the budget; another exit code names the load test's last error line."""
-    assert tuning.stop_reason(sweep(1.0), 0.99, 1, 124, "") == "the time budget ran out during concurrency 1"
-    assert tuning.stop_reason(sweep(1.0), 0.99, 2, 1, "ConnectionError") == (
-        "the load test failed at concurrency 2: ConnectionError")
-    assert tuning.stop_reason(sweep(1.0, 0.5, 0.5), 0.99, 4, 0, "") == "two steps in a row broke the SLO"
-    assert tuning.stop_reason(sweep(1.0, 0.5), 0.99, 2, 0, "") == ""
+def test_a_sweep_cut_off_or_failed_keeps_its_steps_and_names_the_concurrency_it_stopped_at() -> None:
+    """timeout's 124 is the budget; another exit code names the runner's last error line; exit 0 keeps its reason."""
+    done = {"steps": sweep(1.0, 1.0), "stopped": None}
+    assert tuning.sweep_outcome(done, 124, "", [1, 2, 4]) == {
+        "steps": done["steps"], "stopped": "the time budget ran out during concurrency 4"}
+    assert tuning.sweep_outcome(None, 1, "ModuleNotFoundError: No module named 'vllm'", [1, 2])["stopped"] == (
+        "the load test failed at concurrency 1: ModuleNotFoundError: No module named 'vllm'")
+    assert tuning.sweep_outcome(None, 137, "", [1])["stopped"] == "the load test failed at concurrency 1: exit code 137"
+    stopped = {**done, "stopped": "two steps in a row broke the SLO"}
+    assert tuning.sweep_outcome(stopped, 0, "", [1, 2, 4])["stopped"] == "two steps in a row broke the SLO"
+
+
+def test_the_runner_gets_each_steps_load_test_and_runs_on_the_hosts_release_with_the_scene_key() -> None:
+    """One `vllm bench serve` argument list per level, its prompts and concurrency, a result file per candidate and
+    level, the SLO's --goodput last; the runner's argv sources the key from the env file, never holds it."""
+    scene = {**REALTIME, "host": "0.0.0.0", "port": 8000, "served_model_name": "m", "model_path": "/srv/m"}
+    request = tuning.sweep_request(scene, "h1", "/var/lib/t", plan(), "seqs32", 600)
+    assert request["share"] == 0.99 and request["budget"] == 600
+    assert [s["concurrency"] for s in request["steps"]] == [1, 2, 4, 8, 16, 32]
+    top = request["steps"][-1]["args"]
+    assert {"--num-prompts=128", "--max-concurrency=32", "--result-filename=realtime-seqs32-32.json",
+            "--base-url=http://127.0.0.1:8000"} <= set(top)
+    assert top[-3:] == ["--goodput", "ttft:1000", "tpot:50"]
+    argv = tuning.sweep_command(scene, "/opt/vllm/current", "/etc/vllm", "/var/lib/t/sweep.py", "p.json", "s.json")
+    assert argv[3:] == ["/etc/vllm/realtime.env", "/opt/vllm/current/bin/python", "/var/lib/t/sweep.py", "p.json",
+                        "s.json"]
+    assert argv[:2] == ["sh", "-c"] and "VLLM_API_KEY" in argv[2]
 
 
 def test_a_candidate_sets_its_engine_arguments_over_its_scene_only() -> None:
@@ -344,6 +365,6 @@ def test_a_host_the_gateways_route_to_is_refused_with_the_drain_command() -> Non
 def test_a_first_step_nobody_answered_is_told_apart_from_a_slow_one() -> None:
     """All requests failed (a scene not serving yet): the reason says so, not that the SLO broke."""
     silent = {**bench(0, throughput=0, output=0), "completed": 0, "failed": 8}
-    unanswered = [tuning.step(silent, 1)] + sweep(1.0, 1.0)[1:]
+    unanswered = [runner.step(silent, 1)] + sweep(1.0, 1.0)[1:]
     result = tuning.verdict([{"name": "deployed", "engine_args": {}, "steps": unanswered}], 0.99)
     assert result["candidates"][0]["dropped"] == "no request was answered at concurrency 1 (8 failed)"

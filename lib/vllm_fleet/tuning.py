@@ -13,14 +13,13 @@ import yaml
 
 from . import FleetError
 from .scenes import dash
+from .sweep import meets
+from .verify import bench_args, with_scene_key
 
 DEFAULT_SHARE = 0.99
 # The candidate that runs the scene as deployed; the user's candidates are compared with it.
 DEPLOYED = "deployed"
 CANDIDATE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
-# What `vllm bench serve` reports, kept per step: latency percentiles (ms) and throughputs.
-STEP_FIGURES = ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "median_itl_ms", "p99_itl_ms",
-                "output_throughput", "total_token_throughput", "request_throughput")
 
 
 class TuningError(FleetError):
@@ -43,30 +42,6 @@ def goodput_args(targets: dict[str, float]) -> list[str]:
     """Return `vllm bench serve`'s --goodput arguments for a scene's p99 SLO targets (a request is good when its TTFT
     and TPOT are within them)."""
     return ["--goodput", f"ttft:{targets['p99_ttft_ms']:g}", f"tpot:{targets['p99_tpot_ms']:g}"]
-
-
-def step(bench: dict[str, Any], concurrency: int) -> dict[str, Any]:
-    """Return one sweep step from a `vllm bench serve --goodput` result: its figures, the share of requests within
-    the SLO and the goodput (output tokens/s of those requests)."""
-    throughput = float(bench.get("request_throughput") or 0)
-    good = bench.get("request_goodput")
-    if good is None or not math.isfinite(float(good)):
-        raise TuningError("the load test reported no request_goodput: run vllm bench serve with --goodput")
-    share = min(1.0, float(good) / throughput) if throughput else 0.0
-    figures = {name: bench.get(name) for name in STEP_FIGURES}
-    failed = int(bench.get("failed") or 0)
-    return {"concurrency": concurrency, **figures, "completed": int(bench.get("completed") or 0), "failed": failed,
-            "slo_share": share, "goodput": float(bench.get("output_throughput") or 0) * share}
-
-
-def meets(sweep_step: dict[str, Any], share: float) -> bool:
-    """Return whether a step held the SLO for at least `share` of its requests, none failing."""
-    return sweep_step["failed"] == 0 and sweep_step["slo_share"] >= share
-
-
-def stop_early(steps: list[dict[str, Any]], share: float) -> bool:
-    """Return whether the sweep should stop: its last two steps both broke the SLO."""
-    return len(steps) >= 2 and not meets(steps[-1], share) and not meets(steps[-2], share)
 
 
 def knee(steps: list[dict[str, Any]], share: float) -> dict[str, Any] | None:
@@ -276,13 +251,33 @@ def routing_problems(host: str, gateways: list[str]) -> list[str]:
             "-e vllm_gateway_rotation=ready once the tuning is done"]
 
 
-def stop_reason(steps: list[dict[str, Any]], share: float, concurrency: int, rc: int, error: str) -> str:
-    """Return why the sweep stops after the step at this concurrency (rc and error: its load test's), or ""."""
+def sweep_request(scene: dict[str, Any], host: str, result_dir: str, plan: dict[str, Any], candidate: str,
+                  budget: int) -> dict[str, Any]:
+    """Return what a host's sweep runner (lib/vllm_fleet/sweep.py) runs for a candidate: the SLO share, the seconds
+    left and each step's `vllm bench serve` arguments, its result saved as <scene>-<candidate>-<concurrency>.json."""
+    steps = [{"concurrency": s["concurrency"],
+              "args": bench_args(scene, host, result_dir, f"{plan['scene']}-{candidate}-{s['concurrency']}.json",
+                                 {**plan["lengths"], "prompts": s["prompts"], "concurrency": s["concurrency"],
+                                  "extra": plan["goodput_args"]})} for s in plan["sweep"]]
+    return {"share": plan["share"], "budget": budget, "steps": steps}
+
+
+def sweep_command(scene: dict[str, Any], release_link: str, config_dir: str, runner: str, request: str,
+                  out: str) -> list[str]:
+    """Return the argv of the sweep runner on the host's own release's Python, with the scene's key."""
+    return with_scene_key(scene, config_dir, [f"{release_link}/bin/python", runner, request, out])
+
+
+def sweep_outcome(swept: dict[str, Any] | None, rc: int, error: str, levels: list[int]) -> dict[str, Any]:
+    """Return a candidate's steps and why its sweep stopped (or None), from the runner's record and exit status
+    (124: cut off by the time budget; error: the last line it wrote to stderr)."""
+    steps = list((swept or {}).get("steps") or [])
+    pending = levels[min(len(steps), len(levels) - 1)]
     if rc == 124:
-        return f"the time budget ran out during concurrency {concurrency}"
+        return {"steps": steps, "stopped": f"the time budget ran out during concurrency {pending}"}
     if rc != 0:
-        return f"the load test failed at concurrency {concurrency}: {error or f'exit code {rc}'}"
-    return "two steps in a row broke the SLO" if stop_early(steps, share) else ""
+        return {"steps": steps, "stopped": f"the load test failed at concurrency {pending}: {error or f'exit code {rc}'}"}
+    return {"steps": steps, "stopped": (swept or {}).get("stopped")}
 
 
 def candidate_scenes(scenes: list[dict[str, Any]], scene: str, engine_args: dict[str, Any]) -> list[dict[str, Any]]:

@@ -235,11 +235,10 @@ def summary_markdown(reports: list[dict[str, Any]]) -> str:
 _WITH_SCENE_KEY = 'set -a; . "$0"; OPENAI_API_KEY="${VLLM_API_KEY-}"; exec "$@"'
 
 
-def bench_command(scene: dict[str, Any], release_link: str, config_dir: str, host: str, result_dir: str,
-                  result_file: str, load: dict[str, Any]) -> list[str]:
-    """Return the argv of a `vllm bench serve` run of the host's own release against a scene: random prompts of
-    load's lengths (input_len, output_len, optional prefix_len shared by all) at its concurrency, saved as JSON."""
-    argv = [f"{release_link}/bin/vllm", "bench", "serve", "--backend=openai-chat", "--endpoint=/v1/chat/completions",
+def bench_args(scene: dict[str, Any], host: str, result_dir: str, result_file: str, load: dict[str, Any]) -> list[str]:
+    """Return the arguments of `vllm bench serve` against a scene: random prompts of load's lengths (input_len,
+    output_len, optional prefix_len shared by all) at its concurrency, saved as JSON, then load's extra ones."""
+    args = ["--backend=openai-chat", "--endpoint=/v1/chat/completions",
             f"--base-url={local_url(scene['host'], scene['port'])}", f"--model={scene['served_model_name']}",
             f"--tokenizer={scene['model_path']}", "--dataset-name=random",
             f"--random-input-len={load['input_len']}", f"--random-output-len={load['output_len']}",
@@ -248,5 +247,17 @@ def bench_command(scene: dict[str, Any], release_link: str, config_dir: str, hos
             "--metric-percentiles=50,90,99", "--save-result", f"--result-dir={result_dir}",
             f"--result-filename={result_file}", f"--metadata=host={host}", f"--metadata=scene={scene['name']}"]
     if load.get("prefix_len"):
-        argv.append(f"--random-prefix-len={load['prefix_len']}")
-    return ["sh", "-c", _WITH_SCENE_KEY, f"{config_dir}/{scene['name']}.env", *argv, *load.get("extra", [])]
+        args.append(f"--random-prefix-len={load['prefix_len']}")
+    return [*args, *load.get("extra", [])]
+
+
+def with_scene_key(scene: dict[str, Any], config_dir: str, argv: list[str]) -> list[str]:
+    """Return argv run with the scene's key in its environment, read from the scene's root-only env file."""
+    return ["sh", "-c", _WITH_SCENE_KEY, f"{config_dir}/{scene['name']}.env", *argv]
+
+
+def bench_command(scene: dict[str, Any], release_link: str, config_dir: str, host: str, result_dir: str,
+                  result_file: str, load: dict[str, Any]) -> list[str]:
+    """Return the argv of a `vllm bench serve` run of the host's own release against a scene (bench_args)."""
+    return with_scene_key(scene, config_dir, [f"{release_link}/bin/vllm", "bench", "serve",
+                                              *bench_args(scene, host, result_dir, result_file, load)])
