@@ -99,6 +99,24 @@ def test_the_winner_has_the_highest_goodput_at_its_knee_and_the_rest_say_why_not
         {"name": "batch"}]}
 
 
+def test_the_suggested_max_num_seqs_is_the_knee_but_never_more_than_the_winner_ran_with() -> None:
+    """On an H100 the preset (16 sequences) held the SLO up to 64 requests in flight, 48 of them queued: the vars keep
+    16, not 64, as no sweep ran 64 sequences; a candidate's own max-num-seqs counts before the scene's."""
+    preset = {"name": "deployed", "engine_args": {}, "steps": sweep(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.5)}
+    result = {**tuning.verdict([preset], 0.99), "engine_args": {"max_num_seqs": 16, "dtype": "float16"}}
+    assert result["winner"] == "deployed" and result["candidates"][0]["knee"]["concurrency"] == 64
+    (realtime,) = tuning.suggested_vars([{"name": "realtime"}], "realtime", result)["vllm_scenes_list"]
+    assert realtime["engine_args"] == {"max-num-seqs": 16}
+    seqs64 = {**preset, "name": "seqs64", "engine_args": {"max-num-seqs": 64}}
+    result = {**tuning.verdict([seqs64], 0.99), "engine_args": {"max-num-seqs": 16}}
+    (realtime,) = tuning.suggested_vars([{"name": "realtime"}], "realtime", result)["vllm_scenes_list"]
+    assert realtime["engine_args"] == {"max-num-seqs": 64}
+    narrow = {**preset, "steps": sweep(1.0, 1.0, 1.0, 0.5, 0.5)}
+    result = {**tuning.verdict([narrow], 0.99), "engine_args": {"max-num-seqs": 16}}
+    (realtime,) = tuning.suggested_vars([{"name": "realtime"}], "realtime", result)["vllm_scenes_list"]
+    assert realtime["engine_args"] == {"max-num-seqs": 4}
+
+
 def test_the_vars_file_is_the_suggestion_with_its_reason_and_passes_yamllint_defaults() -> None:
     """The file a user commits loads back to the suggested vars, and yamllint's default rules (80 columns, lists
     indented under their key) find nothing in it, however long the verdict."""

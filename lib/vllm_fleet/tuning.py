@@ -104,13 +104,25 @@ def verdict(candidates: list[dict[str, Any]], share: float) -> dict[str, Any]:
             "best_seen": best_step}
 
 
+def tested_seqs(result: dict[str, Any], candidate: dict[str, Any]) -> int | None:
+    """Return the max_num_seqs a candidate ran with: its own, else the scene's as deployed (None when neither says)."""
+    for args in (candidate.get("engine_args") or {}, result.get("engine_args") or {}):
+        found = [value for key, value in args.items() if dash(key) == "max-num-seqs"]
+        if found:
+            return int(found[0])
+    return None
+
+
 def suggested_vars(scenes: list[dict[str, Any]], scene: str, result: dict[str, Any]) -> dict[str, Any] | None:
-    """Return the host's vllm_scenes_list with the winner's engine arguments and max_num_seqs at its knee set over
-    the scene's, for the user to commit as the host's vars (None without a winner)."""
+    """Return the host's vllm_scenes_list with the winner's engine arguments set over the scene's and max_num_seqs at
+    its knee, never above what it ran with (a knee beyond it held the SLO with requests queued for a sequence, not
+    with more sequences), for the user to commit as the host's vars (None without a winner)."""
     winner = next((c for c in result["candidates"] if c["name"] == result["winner"]), None)
     if winner is None:
         return None
-    settings = {**winner.get("engine_args", {}), "max-num-seqs": winner["knee"]["concurrency"]}
+    seqs = winner["knee"]["concurrency"]
+    ran = tested_seqs(result, winner)
+    settings = {**winner.get("engine_args", {}), "max-num-seqs": min(seqs, ran) if ran else seqs}
     return {"vllm_scenes_list": candidate_scenes(scenes, scene, settings)}
 
 
