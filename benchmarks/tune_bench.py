@@ -12,7 +12,7 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
+from typing import Any
 
 from benchlib import REPO, Lab, lab_arguments, markdown_table, record, timed
 
@@ -35,11 +35,10 @@ def tune(report_dir: str, **extra: object) -> float:
     return timed(LAB.playbook("playbooks/tune.yml", "gpu_hosts", "-e", given), env=LAB.env)
 
 
-def candidate_times(report: Path) -> list[str]:
-    """Return a line per candidate of the last 3-candidate run: its start and sweep in seconds, and its verdict."""
-    found = json.loads(report.read_text())
+def candidate_times(report: dict[str, Any]) -> list[str]:
+    """Return a line per candidate of a tuning report: its start and sweep in seconds, and its verdict."""
     return [f"{c['name']}: {c['seconds']:.0f} s, " + (c["dropped"] or f"knee at {c['knee']['concurrency']}")
-            for c in found["candidates"]]
+            for c in report["candidates"]]
 
 
 def main() -> int:
@@ -59,16 +58,16 @@ def main() -> int:
         print(markdown_table(results))
         host = next(path for path in REPORTS.iterdir() if path.name != "candidates").name
         base = REPORTS / host / "realtime"
-        for report in (base, REPORTS / "candidates" / host / "realtime"):
-            print(json.loads(report.with_suffix(".json").read_text())["message"])
+        default, three = (json.loads(path.with_suffix(".json").read_text())
+                          for path in (base, REPORTS / "candidates" / host / "realtime"))
+        print(default["message"], three["message"], sep="\n")
         if args.picture:
             (REPO / args.picture).parent.mkdir(parents=True, exist_ok=True)
             for suffix in (".md", ".png", ".svg"):
                 shutil.copy(base.with_suffix(suffix), REPO / f"{args.picture}{suffix}")
         worst = max(results[DEFAULTS])
         print(f"bound {BOUND_S} s: {'held' if worst <= BOUND_S else 'BROKEN'} (slowest run {worst:.0f} s)")
-        for line in candidate_times(REPORTS / "candidates" / host / "realtime.json"):
-            print(line)
+        print(*candidate_times(three), sep="\n")
     finally:
         if not args.keep:
             subprocess.run(LAB.tool("down"), check=False, capture_output=True)

@@ -116,3 +116,19 @@ def test_the_record_replaces_the_file_whole(tmp_path: Path) -> None:
     write({"steps": [{"concurrency": 1}], "stopped": "two steps in a row broke the SLO"})
     assert json.loads(out.read_text())["steps"] == [{"concurrency": 1}]
     assert [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
+def test_the_budget_counts_the_import_of_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """main charges loading vLLM to the budget: a budget the import used up runs no step, and the record says so."""
+    now = [0.0]
+    monkeypatch.setattr(sweep.time, "monotonic", lambda: now[0])
+
+    def slow_import() -> sweep.Bench:
+        """Take 10 s to load, then answer every step within the SLO."""
+        now[0] += 10
+        return lambda args: result(1.0)
+    monkeypatch.setattr(sweep, "vllm_bench", slow_import)
+    plan_file, out = tmp_path / "p.json", tmp_path / "s.json"
+    plan_file.write_text(json.dumps(plan([1, 2], budget=5)))
+    assert sweep.main([str(plan_file), str(out)]) == 0
+    assert json.loads(out.read_text()) == {"steps": [], "stopped": "the time budget was spent before concurrency 1"}

@@ -283,13 +283,14 @@ def sweep_command(scene: dict[str, Any], release_link: str, config_dir: str, run
 def sweep_outcome(swept: dict[str, Any] | None, rc: int, error: str, levels: list[int]) -> dict[str, Any]:
     """Return a candidate's steps and why its sweep stopped (or None), from the runner's record and exit status
     (124: cut off by the time budget; error: the last line it wrote to stderr)."""
-    steps = list((swept or {}).get("steps") or [])
+    swept = swept or {}
+    steps = list(swept.get("steps") or [])
     pending = levels[min(len(steps), len(levels) - 1)]
     if rc == 124:
         return {"steps": steps, "stopped": f"the time budget ran out during concurrency {pending}"}
     if rc != 0:
         return {"steps": steps, "stopped": f"the load test failed at concurrency {pending}: {error or f'exit code {rc}'}"}
-    return {"steps": steps, "stopped": (swept or {}).get("stopped")}
+    return {"steps": steps, "stopped": swept.get("stopped")}
 
 
 def candidate_scenes(scenes: list[dict[str, Any]], scene: str, engine_args: dict[str, Any]) -> list[dict[str, Any]]:
