@@ -118,6 +118,11 @@ class Lab:
         """Run a shell command on host n as root over SSH and return its output."""
         return subprocess.run(self.on_host_argv(n, command), capture_output=True, text=True, check=True).stdout
 
+    def on_host_stdin(self, n: int, command: str, data: str) -> str:
+        """Run a shell command on host n as root over SSH with data on its standard input; return its output."""
+        return subprocess.run(self.on_host_argv(n, command), input=data, capture_output=True, text=True,
+                              check=True).stdout
+
     def healthy_after(self, n: int, started: float, timeout: float = 900) -> float:
         """Poll the scene's /health on host n, from the host itself (scenes listen on loopback), until 200; return
         seconds since `started` (time.monotonic)."""

@@ -173,3 +173,40 @@ def test_hosts_out_of_the_run_keep_their_recorded_routes() -> None:
     assert notes[1].startswith("gpu3: not routed")
     assert gateway.backends(SCENES, ENDPOINTS, None, {})["scenes"] == SCENES
     assert gateway.backends(SCENES, ENDPOINTS, [], None)["missing"] == ["gpu1", "gpu2"]
+
+
+def test_a_served_name_may_not_start_with_a_dash() -> None:
+    """HAProxy reads a match pattern starting with "-" as a flag: such a served name is refused, inner dashes are not."""
+    assert gateway.SERVED_NAME.fullmatch("qwen-2.5-7b")
+    assert not gateway.SERVED_NAME.fullmatch("-m")
+    problems = gateway.backend_problems({"gpu1": [{"name": "realtime", "served_model_name": "-i"}]},
+                                        {"gpu1": {"address": "10.0.0.1", "port": 9443}})
+    assert problems and "not starting with -" in problems[0]
+
+
+def test_the_memory_ceiling_holds_two_full_buffers_per_connection() -> None:
+    """The gateway's MemoryMax: HAProxy's base and, per connection, a request and an answer buffer of the body size
+    plus headers."""
+    assert gateway.buffer_bytes(256) == 256 * 1024 + 16384
+    assert gateway.memory_ceiling(1000, 256) == f"{128 + -(-1000 * 2 * (256 * 1024 + 16384) // 2**20)}M"
+    assert gateway.memory_ceiling(1, 1) == "129M"
+
+
+def test_ingress_sources_default_to_the_gateway_and_monitoring_addresses() -> None:
+    """Each host's address is its ansible_host, else its name, each once."""
+    hostvars = {"gw": {"ansible_host": "10.0.0.5"}, "mon": {}, "both": {"ansible_host": "10.0.0.5"}}
+    assert gateway.host_addresses(["gw", "mon", "both"], hostvars) == ["10.0.0.5", "mon"]
+
+
+@pytest.mark.parametrize(("sources", "expected"), [
+    (["10.0.0.5", "10.1.0.0/16", "fd00::1", "fd00::/64", "gw.example.org"], []),
+    ([], ["must list the addresses"]),
+    ("10.0.0.5", ["must list the addresses"]),
+    (["10.0.0.5 }", "a b", ""], ["'10.0.0.5 }' is not", "'a b' is not", "'' is not"]),
+    (["10.0.0.5\n    log 10.9.9.9"], ["is not an IP address"]),
+])
+def test_ingress_source_problems(sources: object, expected: list[str]) -> None:
+    """Sources are addresses, networks or host names; anything HAProxy would read as more (a brace, a space, a line)
+    is refused, and so is an empty list, which would admit nobody."""
+    problems = gateway.source_problems(sources)
+    assert len(problems) == len(expected) and all(want in got for want, got in zip(expected, problems)), problems

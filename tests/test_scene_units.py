@@ -80,6 +80,8 @@ def test_gpus_all_renders_one_unit_per_card(tmp_path: Path) -> None:
         env = environment(unit)
         assert (env["CUDA_VISIBLE_DEVICES"], env["CUDA_DEVICE_ORDER"]) == (str(index), "PCI_BUS_ID")
         assert not set(env) & {"NCCL_P2P_DISABLE", "NCCL_SOCKET_IFNAME"} and "DevicePolicy=closed" in unit
+        # vLLM's own bound on the sequences one request may ask for (n, best_of): the kit's, not 16,384.
+        assert env["VLLM_MAX_N_SEQUENCES"] == "4"
     verify(tmp_path)
 
 

@@ -26,13 +26,14 @@ def runtime_api_shell(command: str, socket_path: str = GATEWAY_SOCKET) -> str:
     return f'python3 -c "{send}"'
 
 
-def https_call(url: str, token: str | None, body: dict[str, object] | None, ca_file: str, method: str | None = None,
-               timeout: float = 60) -> Answer:
-    """Make one HTTPS request trusting ca_file; return status, headers (names in lower case) and body."""
+def https_call(url: str, token: str | None, body: dict[str, object] | str | None, ca_file: str,
+               method: str | None = None, timeout: float = 60) -> Answer:
+    """Make one HTTPS request trusting ca_file (a body given as text is sent as it is); return status, headers (names
+    in lower case) and body."""
     headers = {"Content-Type": "application/json"}
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
-    data = json.dumps(body).encode() if body is not None else None
+    data = None if body is None else (body if isinstance(body, str) else json.dumps(body)).encode()
     request = urllib.request.Request(url, data=data, headers=headers, method=method)
     try:
         with urllib.request.urlopen(request, timeout=timeout, context=ssl.create_default_context(cafile=ca_file)) as r:

@@ -13,8 +13,15 @@ from typing import Any
 KEY_PATTERN = re.compile(r"[A-Za-z0-9._~-]+")
 KEY_MIN_LENGTH = 32
 USER_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
-# Served names the gateway's config may hold unquoted (no space, quote or backslash).
-SERVED_NAME = re.compile(r"[A-Za-z0-9._:/@+-]{1,128}")
+# Served names the gateway's config may hold unquoted (no space, quote or backslash; no leading "-", which HAProxy
+# reads as a flag of the match).
+SERVED_NAME = re.compile(r"[A-Za-z0-9._:/@+][A-Za-z0-9._:/@+-]{0,127}")
+# HAProxy's room for a request's headers beside its body, in each buffer (its default tune.bufsize).
+HEADER_BYTES = 16384
+# What HAProxy holds besides its connections' buffers (its code, TLS contexts, tables), for the unit's memory ceiling.
+BASE_MEMORY_MIB = 128
+# An ingress admits a source written as an IPv4 or IPv6 address or network, or a host name HAProxy resolves at start.
+SOURCE = re.compile(r"[0-9A-Fa-f.:]+(/[0-9]{1,3})?|[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
 
 
 def key_digest(key: str) -> str:
@@ -152,7 +159,8 @@ def backend_problems(scenes_by_host: dict[str, Any], endpoints_by_host: dict[str
         for scene in scenes or []:
             if not SERVED_NAME.fullmatch(str(scene.get("served_model_name", ""))):
                 problems.append(f"{host}: scene {scene.get('name')!r} serves {scene.get('served_model_name')!r}: "
-                                "a name the gateway routes must be 1-128 of A-Z a-z 0-9 . _ : / @ + -")
+                                "a name the gateway routes must be 1-128 of A-Z a-z 0-9 . _ : / @ + -, not "
+                                "starting with -")
     return problems
 
 
@@ -236,3 +244,29 @@ def tls_problems(cert_pem: str, key_pem: str, now: datetime.datetime | None = No
     elif cert.not_valid_before_utc > moment:
         problems.append(f"the certificate is not valid before {cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC")
     return problems
+
+
+def buffer_bytes(max_body_kib: int) -> int:
+    """Return HAProxy's buffer size for a gateway that reads whole bodies of up to max_body_kib to route them."""
+    return int(max_body_kib) * 1024 + HEADER_BYTES
+
+
+def memory_ceiling(max_connections: int, max_body_kib: int) -> str:
+    """Return the gateway unit's MemoryMax: two full buffers (request and answer) per connection, and HAProxy's base."""
+    per_connection = 2 * buffer_bytes(max_body_kib)
+    return f"{BASE_MEMORY_MIB + -(-int(max_connections) * per_connection // 2**20)}M"
+
+
+def host_addresses(hosts: list[str], hostvars: Any) -> list[str]:
+    """Return the addresses of these inventory hosts (ansible_host, else the name), each once, in order."""
+    addresses = [str(hostvars[host].get("ansible_host", host)) for host in hosts]
+    return list(dict.fromkeys(addresses))
+
+
+def source_problems(sources: Any) -> list[str]:
+    """Return why an ingress's list of admitted sources is unusable: not a list, empty, or an entry that is no
+    address, network or host name."""
+    if not isinstance(sources, list) or not sources:
+        return ["must list the addresses (or networks) the gateways and monitoring hosts connect from"]
+    return [f"{source!r} is not an IP address, a network (address/prefix) or a host name"
+            for source in sources if not isinstance(source, str) or not SOURCE.fullmatch(source)]

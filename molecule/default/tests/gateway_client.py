@@ -47,10 +47,10 @@ def gateway_url() -> str:
     return json.loads((SETTINGS / "lab-user.json").read_text())["base_url"].removesuffix("/v1")
 
 
-def call(path: str, token: str | None = None, body: dict[str, object] | None = None, method: str | None = None,
+def call(path: str, token: str | None = None, body: dict[str, object] | str | None = None, method: str | None = None,
          url: str | None = None, timeout: float = 60) -> tuple[int, dict[str, str], str]:
-    """Make one HTTPS request to the gateway (or url) trusting the fleet CA; return status, headers (names in lower
-    case, as HAProxy sends them) and body."""
+    """Make one HTTPS request to the gateway (or url) trusting the fleet CA (a body given as text is sent as it is);
+    return status, headers (names in lower case, as HAProxy sends them) and body."""
     return https_call((url or gateway_url()) + path, token, body, CA_FILE, method, timeout)
 
 
