@@ -33,7 +33,8 @@ USER_KEY_VAR = "vault_lab_gateway_key_lab_user"
 # touches each alike.
 CLIENT = r"""
 import http.client, json, ssl, sys, time
-args = json.loads(sys.argv[1])
+with open(sys.argv[1]) as handle:
+    args = json.load(handle)
 body = json.dumps({"model": args["model"], "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]})
 context = ssl.create_default_context(cafile="/root/bench-ca.pem")
 session = {"tls": None}
@@ -84,17 +85,23 @@ def measure(requests: int) -> dict[str, dict[str, float]]:
                           REPO / "inventory/lab/group_vars/gpu_hosts/vault.yml")
     args = {"model": "tiny-qwen2", "gateway": LAB.address(GATEWAY), "user_key": secrets[USER_KEY_VAR],
             "scene_key": secrets["vault_lab_realtime_api_key"], "requests": requests, "warmup": 10}
-    # The keys travel in the client's argument over SSH's stdin, never on a command line of the host.
-    command = "umask 077; cat > /root/latency.py; python3 /root/latency.py \"$(cat /root/latency-args.json)\""
+    # The keys travel over SSH's stdin into a root-only file the client reads, never on a command line.
+    command = "umask 077; cat > /root/latency.py; python3 /root/latency.py /root/latency-args.json"
     LAB.on_host_stdin(HOST, "umask 077; cat > /root/latency-args.json", json.dumps(args))
+    LAB.on_host_stdin(HOST, "cat > /root/bench-ca.pem", Path(f"/var/lib/vllm-fleet-lab/pki/{LAB.name}/ca.crt").read_text())
     times = json.loads(LAB.on_host_stdin(HOST, command, CLIENT))
     return {path: {"p50": statistics.median(ms), "p99": percentile(ms, 0.99)} for path, ms in times.items()}
 
 
 def converge_front(checkout: Path) -> None:
-    """Converge the lab's ingress and gateway from a checkout; raise BenchError on failure."""
+    """Converge the lab's ingress and gateway from a checkout, the lab's user allowed every request the runs make;
+    raise BenchError on failure."""
+    users = {"vllm_gateway_users": [{"name": "lab-user", "key_var": USER_KEY_VAR, "models": ["tiny-qwen2"],
+                                     "requests_per_minute": 100000, "max_concurrent": 16}]}
+    extra = Path(tempfile.mkdtemp()) / "users.json"
+    extra.write_text(json.dumps(users))
     for playbook in ("playbooks/ingress.yml", "playbooks/gateway.yml"):
-        argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "inventory/lab", playbook]
+        argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "inventory/lab", playbook, "-e", f"@{extra}"]
         done = subprocess.run(argv, cwd=checkout, env={**LAB.env, "ANSIBLE_CONFIG": str(checkout / "ansible.cfg")},
                               capture_output=True, text=True, check=False)
         if done.returncode != 0:

@@ -16,14 +16,14 @@ from ansible.errors import AnsibleFilterError
 # plugins/plugin_utils/vllm_fleet, beside this plugin's package: a relative import finds it and sys.path stays as it is.
 if __name__.startswith("ansible_collections."):
     from ..plugin_utils.vllm_fleet import (
-        FleetError, cards, compile_cache, driver, gateway, hardware, in_sync, models, monitoring, planner, rollout, scenes,
-        tuning, vault, verify, wheelhouse,
+        FleetError, cards, compile_cache, driver, gateway, hardware, in_sync, models, monitoring, pki, planner, rollout,
+        scenes, tuning, vault, verify, wheelhouse,
     )
 else:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
     from vllm_fleet import (
-        FleetError, cards, compile_cache, driver, gateway, hardware, in_sync, models, monitoring, planner, rollout, scenes,
-        tuning, vault, verify, wheelhouse,
+        FleetError, cards, compile_cache, driver, gateway, hardware, in_sync, models, monitoring, pki, planner, rollout,
+        scenes, tuning, vault, verify, wheelhouse,
     )
 
 
@@ -164,6 +164,9 @@ class FilterModule:
             "vllm_fleet_gateway_memory_ceiling": gateway.memory_ceiling,
             "vllm_fleet_gateway_source_problems": gateway.source_problems,
             "vllm_fleet_host_addresses": gateway.host_addresses,
+            "vllm_fleet_pki_client_cert_name": pki.client_cert_name,
+            "vllm_fleet_pki_client_cert_files": pki.client_cert_files,
+            "vllm_fleet_pki_fingerprints": pki.fingerprints,
             "vllm_fleet_lab_secret_problem": vault.lab_secret_problem,
             "vllm_fleet_tune_plan": tuning.sweep_plan,
             "vllm_fleet_tune_candidate_scenes": tuning.candidate_scenes,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -27,6 +28,7 @@ SETTINGS = REPO / "clients" / GATEWAY
 MODEL, BATCH_MODEL = "tiny-qwen2", "tiny-qwen2-batch"
 VAULT_FILES = [REPO / "inventory/lab/group_vars/gateways/vault.yml", SCENARIO / f"host_vars/{GATEWAY}/vault.yml",
                REPO / "inventory/lab/group_vars/gpu_hosts/vault.yml"]
+PKI = Path(f"/var/lib/vllm-fleet-lab/pki/{LAB}")
 PACE_S = 0.2  # between one load request's answer and the next: the lab's two cores keep room for what runs beside
 
 
@@ -102,3 +104,34 @@ class Load(gateway_load.Load):
         self.since = lab_host(GATEWAY).check_output("date '+%Y-%m-%d %H:%M:%S'")
         super().__enter__()
         return self
+
+
+def address(name: str) -> str:
+    """Return a lab host's address."""
+    return lab_host(name).ansible.get_variables()["ansible_host"]
+
+
+
+def fleet_client_pem(tmp_path: Path, common_name: str) -> str:
+    """Return a client certificate and key the lab's fleet CA signs for common_name, as PEM: what anyone holding the
+    CA key, or a leaked earlier certificate, could present."""
+    key, cert = tmp_path / "client.key", tmp_path / "client.crt"
+    subprocess.run(["openssl", "req", "-x509", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-noenc", "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", f"/CN={common_name}",
+                    "-CA", str(PKI / "ca.crt"), "-CAkey", str(PKI / "ca.key"),
+                    "-addext", "extendedKeyUsage=clientAuth"], check=True, capture_output=True)
+    return cert.read_text() + key.read_text()
+
+
+def ingress_status(pem: str, gpu_host: str) -> str:
+    """Return the HTTP status an ingress answers GET /health of its realtime scene with, from the gateway's host (an
+    address the ingress admits) presenting the given client certificate."""
+    gateway = lab_host(GATEWAY)
+    gateway.check_output(f"umask 077; printf '%s' '{pem}' > /root/probe.pem")
+    try:
+        return gateway.check_output(
+            f"curl -s -o /dev/null -w '%{{http_code}}' --cacert /etc/vllm-gateway/fleet-ca.pem --cert /root/probe.pem "
+            f"--resolve realtime.{gpu_host}:9443:{address(gpu_host)} https://realtime.{gpu_host}:9443/health")
+    finally:
+        gateway.check_output("rm -f /root/probe.pem")
+

@@ -18,7 +18,8 @@ import yaml
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[2] / "shared")]
 
-from gateway_client import GATEWAY, GPU_HOSTS, MODEL, SCENARIO, call, key, scene_servers  # noqa: E402
+from gateway_client import (GATEWAY, GPU_HOSTS, MODEL, SCENARIO, address, call, fleet_client_pem,  # noqa: E402
+                            ingress_status, key, scene_servers)
 from playbooks import lab_host, scene_health  # noqa: E402
 
 testinfra_hosts = [f"ansible://{GATEWAY}"]
@@ -79,11 +80,6 @@ with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5) as con
     except (ConnectionResetError, socket.timeout):
         print(0)
 """
-
-
-def address(name: str) -> str:
-    """Return a lab host's address."""
-    return lab_host(name).ansible.get_variables()["ansible_host"]
 
 
 def run_python(host: testinfra.host.Host, script: str, *args: object) -> str:
@@ -211,3 +207,15 @@ def test_an_ingress_speaks_tls_only_to_the_gateway(host: testinfra.host.Host) ->
 def test_the_gateway_unit_has_a_memory_ceiling(host: testinfra.host.Host) -> None:
     """The gateway's unit is capped at its computed MemoryMax (1,000 connections of 272 KiB buffers: 660 MiB)."""
     assert host.check_output("systemctl show -p MemoryMax --value vllm-gateway") == str(660 * 2**20)
+
+
+def test_an_ingress_admits_only_the_current_gateway_certificates(host: testinfra.host.Host, tmp_path: Path) -> None:
+    """A certificate of the fleet CA named as the gateway's, but not the one the gateway runs, is refused by every
+    ingress (403); the gateway's own is admitted (an earlier ingress admitted any fleet certificate with that name)."""
+    stranger = fleet_client_pem(tmp_path, "vllm-fleet-gateway")
+    for name in GPU_HOSTS:
+        assert ingress_status(stranger, name) == "403", name
+        assert host.check_output(
+            f"curl -s -o /dev/null -w '%{{http_code}}' --cacert /etc/vllm-gateway/fleet-ca.pem --cert "
+            f"/etc/vllm-gateway/client.pem --resolve realtime.{name}:9443:{address(name)} "
+            f"https://realtime.{name}:9443/health") == "200", name

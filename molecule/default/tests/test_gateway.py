@@ -19,9 +19,9 @@ import yaml
 sys.path[:0] = [str(Path(__file__).resolve().parents[2] / "shared"), str(Path(__file__).resolve().parents[3] / "tools"),
                 str(Path(__file__).resolve().parents[3] / "lib")]
 
-from gateway_client import (BATCH_MODEL, CA_FILE, GATEWAY, GPU_HOSTS, LAB, MODEL, REPO, SCENARIO, SETTINGS,  # noqa: E402
-                            Load, call, chat, client, key, runtime_api, scene_servers, secrets,
-                            server_events, server_limits)
+from gateway_client import (BATCH_MODEL, CA_FILE, GATEWAY, GPU_HOSTS, LAB, MODEL, PKI, REPO, SCENARIO,  # noqa: E402
+                            SETTINGS, Load, call, chat, client, ingress_status, key, runtime_api, scene_servers,
+                            secrets, server_events, server_limits)
 from lab_certificates import self_signed_pair  # noqa: E402
 from playbooks import lab_host, run_playbook, scene_health  # noqa: E402
 from units import MAX_EXPOSURE, exposure  # noqa: E402
@@ -116,13 +116,15 @@ def ingress_answers(address: str, server_name: str, token: str) -> str:
                 context.wrap_socket(raw, server_hostname=server_name) as tls:
             tls.sendall(request)
             return tls.recv(200).decode(errors="replace")
+    except (ssl.SSLEOFError, ConnectionResetError) as error:  # the ingress admits the gateways' addresses only
+        return f"refused: closed before TLS ({error.__class__.__name__})"
     except ssl.SSLError as error:
         return f"refused: {error.reason}"
 
 
 def test_nothing_answers_off_host_but_the_gateway(host: testinfra.host.Host) -> None:
-    """From the controller, the scenes' ports are closed, and the ingress refuses TLS without the gateway's client
-    certificate, even with a scene's own key."""
+    """From the controller, the scenes' ports are closed, and the ingress refuses it (before any TLS: the controller
+    is no gateway), even with a scene's own key."""
     scene_key = secrets()["vault_lab_realtime_api_key"]
     for name in GPU_HOSTS:
         address = lab_host(name).ansible.get_variables()["ansible_host"]
@@ -130,7 +132,7 @@ def test_nothing_answers_off_host_but_the_gateway(host: testinfra.host.Host) -> 
             with pytest.raises(OSError):
                 call("/v1/models", scene_key, url=f"http://{address}:{port}", timeout=5)
         answer = ingress_answers(address, f"realtime.{name}", scene_key)
-        assert answer.startswith("refused: ") and "CERTIFICATE_REQUIRED" in answer.upper(), answer
+        assert answer.startswith("refused: closed before TLS"), answer
 
 
 def test_the_ingress_routes_each_request_by_the_gateways_server_header(host: testinfra.host.Host) -> None:
@@ -310,11 +312,16 @@ def test_a_config_haproxy_rejects_leaves_the_running_one_serving(host: testinfra
 
 
 def test_revocation_under_load_drops_nothing(host: testinfra.host.Host, tmp_path: Path) -> None:
-    """Removing a user and converging reloads the gateway: that key gets 401 while a steady load on another key sees
-    no failed request."""
+    """Removing a user and renewing the gateway's client certificate in one converge: that key gets 401, every
+    ingress refuses the replaced certificate and admits the new one, and a steady load on another key sees no failed
+    request meanwhile (the ingresses admit the new certificate before the gateway presents it, and drop the old one
+    after)."""
     assert call("/v1/models", key("revoked"))[0] == 200
     users = yaml.safe_load((SCENARIO / f"host_vars/{GATEWAY}/main.yml").read_text())["vllm_gateway_users"]
     (tmp_path / "users.yml").write_text(json.dumps({"vllm_gateway_users": [u for u in users if u["name"] != "revoked"]}))
+    stem = PKI / f"gateway-client-{GATEWAY}"
+    replaced = stem.with_suffix(".crt").read_text() + stem.with_suffix(".key").read_text()
+    stem.with_suffix(".request.json").unlink()  # what the certificate must say is unknown: it is issued again
     with Load() as load:
         status, output = gateway_run("-e", f"@{tmp_path / 'users.yml'}")
         time.sleep(2)
@@ -322,5 +329,7 @@ def test_revocation_under_load_drops_nothing(host: testinfra.host.Host, tmp_path
     assert "TASK [vllm_haproxy : Reload the instance on a changed config or file]" in output, output[-3000:]
     assert call("/v1/models", key("revoked"))[0] == 401
     assert len(load.results) > 20 and load.failures() == [], server_events(load.since)
+    assert stem.with_suffix(".crt").read_text() not in replaced and not Path(f"{stem}.previous.crt").exists()
+    assert {name: ingress_status(replaced, name) for name in GPU_HOSTS} == dict.fromkeys(GPU_HOSTS, "403")
     assert gateway_run()[0] == 0  # the scenario's own users again
     assert call("/v1/models", key("revoked"))[0] == 200
