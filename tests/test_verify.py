@@ -127,6 +127,23 @@ def test_targets_come_from_the_given_profiles() -> None:
         verify.targets_for("x", "realtime", {}, {"x": {"realtime": {k: 1 for k in verify.TARGETS if k != "max_failed"}}})
 
 
+def test_a_scene_is_held_to_the_gates_its_own_definition_names() -> None:
+    """A scene's targets come from the scene itself (its slo, else its preset) and the overrides of its name: a
+    restored scene that the inventory's list no longer has gets its own gates, and overrides of other scenes change
+    nothing; overrides that are not a mapping are refused."""
+    restored = {"name": "batch", "preset": "batch", "slo": "batch", "port": 8001}
+    overrides = {"realtime": {"median_tpot_ms": 12}}
+    assert verify.scene_targets(restored, "cpu", overrides) == verify.DEFAULT_SLO["cpu"]["batch"]
+    held = {"name": "realtime", "preset": "realtime", "slo": "batch"}
+    assert verify.scene_targets(held, "cpu", overrides) == {**verify.DEFAULT_SLO["cpu"]["batch"], "median_tpot_ms": 12}
+    recorded_before_slo = {"name": "chat", "preset": "realtime"}
+    assert verify.scene_targets(recorded_before_slo, "cpu") == verify.DEFAULT_SLO["cpu"]["realtime"]
+    with pytest.raises(verify.VerifyError, match="must map scene names to target overrides"):
+        verify.scene_targets(restored, "cpu", ["realtime"])  # type: ignore[arg-type]
+    filters = filter_plugin().FilterModule().filters()
+    assert filters["vllm_fleet_scene_slo_targets"](restored, "cpu", overrides) == verify.DEFAULT_SLO["cpu"]["batch"]
+
+
 @pytest.mark.parametrize(("call", "message"), [
     (lambda: verify.targets_for("rtx3080", "realtime", {}),
      r"unknown GPU profile 'rtx3080'.*\['a10', 'a100', .*'cpu', 'generic', .*'rtx3090', .*'rtx5090', .*\]"),

@@ -89,6 +89,16 @@ def targets_for(profile: str, preset: str, overrides: dict[str, Any] | None = No
     return {k: merged[k] for k in TARGETS}
 
 
+def scene_targets(scene: dict[str, Any], profile: str, overrides: dict[str, Any] | None = None,
+                  profiles: dict[str, dict[str, dict[str, float]]] | None = None) -> dict[str, float]:
+    """Return a scene's SLO targets from its own definition (its slo, else its preset) and the overrides of its name."""
+    if not isinstance(overrides or {}, dict):
+        raise VerifyError(f"vllm_verify_slo_overrides: {overrides!r} must map scene names to target overrides, "
+                          "e.g. {realtime: {median_tpot_ms: 12}}")
+    return targets_for(profile, scene.get("slo") or scene.get("preset") or scene["name"],
+                       (overrides or {}).get(scene["name"]), profiles)
+
+
 def slo_verdict(bench: dict[str, Any], targets: dict[str, float]) -> dict[str, Any]:
     """Judge a `vllm bench serve --save-result` JSON against SLO targets; list every target it misses."""
     _check_targets(targets, "SLO targets")

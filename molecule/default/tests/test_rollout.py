@@ -35,6 +35,7 @@ CONFIG = "/etc/vllm/scenes/realtime.yaml"
 STAGED = "/etc/vllm/scenes/.validated/realtime.yaml"
 FACT = "/etc/ansible/facts.d/vllm_fleet.fact"
 HOOKS_LOG = "/var/log/vllm-fleet-hooks.log"  # the drain hooks (rollout/hooks) log each call there
+MARK = "/var/lib/vllm-fleet/rollback.in-progress.json"  # a run's in-progress mark, cleared once it is verified
 # The rollouts' own compile-cache store, empty at first: the lab's may hold the good change's bundle already.
 STORE = tempfile.mkdtemp(prefix="mdef-rollout-compile-cache-")
 REPORTS = REPO / "reports" / "molecule-default"  # the load's figures, for docs/benchmarks.md
@@ -102,23 +103,27 @@ def test_change_rejected_by_validation_restarts_nothing(host: testinfra.host.Hos
 
 
 def test_failure_at_start_up_restores_the_canary_and_spares_the_rest(host: testinfra.host.Host) -> None:
-    """A quantization that contradicts the checkpoint's fails the canary at start: it is restored and verified, the rest
-    untouched. (max_model_len above the model's limit, used before, is now refused on the controller.)"""
-    before, result, after = rollout("fails-at-start")
+    """A change that leaves the canary's realtime out of its list and gives its batch a quantization that contradicts
+    the checkpoint's fails the canary at start: it gets both scenes back, verifies each against its own gates,
+    clears its in-progress mark (the next rollout, the good one below, may start), and the rest is untouched. (An
+    earlier restore judged the restored scenes by the new list's SLO table, crashed on the scene it lacked, and left
+    the mark.)"""
+    before, result, after = rollout("drops-a-scene")
     name = host.backend.get_hostname()
     assert result.returncode != 0, result.stdout[-3000:]
     message = f"{CANARY}: rollout failed at step scenes"
     assert message in result.stdout, result.stdout[-4000:]
     reason = result.stdout.split(message, 1)[1][:3000]
-    assert "quantization" in reason, reason
-    # The canary restarts what the change touched and verifies every scene it runs (mdef1 runs batch too).
-    assert "restarted: realtime;" in reason and re.search(r"verified healthy: [\w, ]*\brealtime\b", reason), reason
+    assert "quantization" in reason and "needs a person" not in reason, reason
+    for scene in ("realtime", "batch"):
+        assert re.search(rf"verified healthy: [\w, ]*\b{scene}\b", reason), reason
     assert "later batches were not touched" in reason
     if name == CANARY:
-        assert after[name]["InvocationID"] != before[name]["InvocationID"]  # restarted with the change, then restored
+        assert after[name]["InvocationID"] != before[name]["InvocationID"]  # stopped with the change, then restored
         assert {key: after[name][key] for key in ("config", "fact", "ActiveState")} == {
             key: before[name][key] for key in ("config", "fact", "ActiveState")}
-        assert scene_health(name) == 200
+        assert scene_health(name) == 200 and host.service("vllm-scene-batch.service").is_running
+        assert not host.file(MARK).exists
         assert new_hook_calls(before[name], after[name]) == ["drain", "undrain"]  # back in service once verified
     else:
         assert after[name] == before[name]  # the same process, files and fact: never touched
