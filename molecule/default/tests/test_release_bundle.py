@@ -39,7 +39,8 @@ def test_second_host_unpacked_the_release_the_controller_serves(host: testinfra.
             stream, "sha256").hexdigest()
     members = subprocess.run(["tar", "--list", "--zstd", "--file", str(bundle)], capture_output=True, text=True, check=True)
     assert "./bin/vllm" in members.stdout.split() and ".vllm-fleet-release.json" not in members.stdout
-    assert not host.file(f"/var/tmp/vllm-fleet-{bundle.name}").exists
+    assert not host.file(f"/var/lib/vllm-fleet/release-bundles/{bundle.name}").exists
+    assert not host.file(f"/var/tmp/vllm-fleet-{bundle.name}").exists  # never in a world-writable directory
 
 
 def test_unpacked_release_runs_from_its_byte_code(host: testinfra.host.Host) -> None:
