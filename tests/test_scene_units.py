@@ -82,6 +82,8 @@ def test_gpus_all_renders_one_unit_per_card(tmp_path: Path) -> None:
         assert not set(env) & {"NCCL_P2P_DISABLE", "NCCL_SOCKET_IFNAME"} and "DevicePolicy=closed" in unit
         # vLLM's own bound on the sequences one request may ask for (n, best_of): the kit's, not 16,384.
         assert env["VLLM_MAX_N_SEQUENCES"] == "4"
+        # The ingress, never the scene, closes an idle connection: the scene keeps one far longer than vLLM's 5 s.
+        assert int(env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) >= 600
     verify(tmp_path)
 
 
