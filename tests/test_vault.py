@@ -4,13 +4,14 @@ are refused outside the lab."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import lab_vault
 from conftest import REPO
 from example_fleet import SECRETS, example_fleet
 from test_check_playbook import check
@@ -38,26 +39,109 @@ def test_the_kit_root_encrypts_with_no_identity_of_its_own(tmp_path: Path) -> No
     assert "$ANSIBLE_VAULT;1.2;AES256;prod" in own.stdout
 
 
-def test_vars_files_of_a_host(tmp_path: Path) -> None:
-    """A host's variables come from its groups', all's and its own files and directories, any YAML/JSON suffix."""
-    for name in ("group_vars/gpu_hosts/vault.yml", "group_vars/all.yaml", "group_vars/other.yml",
-                 "host_vars/gpu1.json", "host_vars/gpu2.yml", "group_vars/gpu_hosts/notes/deep.yml"):
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text("{}")
-    found = {str(p.relative_to(tmp_path)) for p in vault.vars_files([str(tmp_path)], ["gpu_hosts"], "gpu1")}
-    assert found == {"group_vars/gpu_hosts/vault.yml", "group_vars/all.yaml", "host_vars/gpu1.json",
-                     "group_vars/gpu_hosts/notes/deep.yml"}
+class RawHostvars:
+    """Stands for Ansible's hostvars: raw_get gives a host's variables as loaded, untemplated."""
+
+    def __init__(self, variables: dict[str, Any]) -> None:
+        self.variables = variables
+
+    def raw_get(self, host: str) -> dict[str, Any]:
+        """Return the host's variables."""
+        return self.variables
 
 
-def test_lab_encrypted_values_are_named_with_the_fix(tmp_path: Path) -> None:
-    """A file with a lab-encrypted value is named with the fix; other vault ids and plain files pass."""
-    (tmp_path / "group_vars").mkdir()
-    shutil.copy(LAB_VAULT, tmp_path / "group_vars" / "gpu_hosts.yml")
-    (tmp_path / "group_vars" / "all.yml").write_text("x: !vault |\n  $ANSIBLE_VAULT;1.2;AES256;prod\n  6162\n")
-    problem = vault.lab_secret_problem("gpu1", [str(tmp_path)], ["gpu_hosts"])
-    assert problem.startswith(f"gpu1: {tmp_path}/group_vars/gpu_hosts.yml hold(s) values encrypted with the lab's")
-    assert "--vault-id prod@prompt" in problem
-    assert vault.lab_secret_problem("gw", [str(tmp_path)], ["gateways"]) == ""
+def encrypt(plaintext: str, password: bytes, vault_id: str | None) -> str:
+    """Return plaintext encrypted with password: a 1.1 envelope without vault_id, 1.2 naming it with one."""
+    from ansible.parsing.vault import VaultLib, VaultSecret
+
+    return VaultLib().encrypt(plaintext, VaultSecret(password), vault_id=vault_id).decode()
+
+
+def test_values_the_lab_password_decrypts_are_named_whatever_their_header() -> None:
+    """A value the lab's password decrypts is named, whatever its header (1.1, 1.2 with any label), however deep and
+    in whatever form Ansible holds it (a !vault value, a plain string as an INI file gives it); a value labelled lab
+    that another password encrypted passes, and the message holds no value."""
+    from ansible.parsing.vault import EncryptedString
+
+    lab = lab_vault.PASSWORD_FILE.read_bytes().strip()
+    one_line = encrypt("secret-ini", lab, None).replace("\n", "\\n")  # an INI host line's "\n" between lines
+    variables = {
+        "vault_header_1_1": EncryptedString(ciphertext=encrypt("secret-1-1", lab, None)),
+        "vault_header_1_2": EncryptedString(ciphertext=encrypt("secret-1-2", lab, "prod-2024_team.a")),
+        "vllm_gateway_users": [{"name": "alice", "key": EncryptedString(ciphertext=encrypt("secret-deep", lab, "x"))}],
+        "vault_ini": one_line,
+        "vault_own": EncryptedString(ciphertext=encrypt("secret-own", b"a password of our own", "lab")),
+        "notes": "$ANSIBLE_VAULT;1.1;AES256 is how a vault value starts",
+        "count": 3,
+    }
+    problem = vault.lab_secret_problem("gpu1", RawHostvars(variables))
+    assert problem.startswith("gpu1: vault_header_1_1, vault_header_1_2, vault_ini, vllm_gateway_users: encrypted "
+                              "with the lab's public vault password"), problem
+    assert "--vault-id prod@prompt --name vault_header_1_1 " in problem and "\n" not in problem
+    assert "secret-" not in problem and "$ANSIBLE_VAULT" not in problem
+    assert vault.lab_secret_problem("gpu2", RawHostvars({"vault_own": variables["vault_own"], "n": None})) == ""
+
+
+def run_guard(where: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """Run the lab-secret guard alone on every host of the inventories in argv, as check.yml and preflight run it,
+    without any vault password; stdout and stderr merged."""
+    play = where / "play.yml"
+    play.write_text(f"- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.import_tasks: "
+                    f"{REPO}/playbooks/tasks/refuse-lab-secrets.yml\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_VAULT")}
+    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_CACHE_PLUGIN="ansible.builtin.memory")
+    return subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), str(play), *argv], cwd=REPO, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120, check=False)
+
+
+def vault_block(name: str, envelope: str, indent: str = "") -> str:
+    """Return a YAML !vault variable, indented."""
+    lines = "".join(f"{indent}  {line}\n" for line in envelope.splitlines())
+    return f"{indent}{name}: !vault |\n{lines}"
+
+
+def test_the_guard_decrypts_each_value_wherever_it_is_written(tmp_path: Path) -> None:
+    """Values the lab's password encrypted are refused whatever their header and wherever they are written (host_vars,
+    a line of an INI hosts file, a YAML inventory), one line per host naming variable and fix and no value; a value
+    another password encrypted passes even labelled lab."""
+    lab = lab_vault.PASSWORD_FILE.read_bytes().strip()
+    fleet = tmp_path / "fleet"
+    (fleet / "host_vars").mkdir(parents=True)
+    one_line = encrypt("secret-ini", lab, None).replace("\n", "\\n")
+    (fleet / "hosts.ini").write_text(f"[gpu_hosts]\nheader-1-1\nheader-1-2\nown-password\nclean\n"
+                                     f'ini-inline vault_ini_key="{one_line}"\n')
+    (fleet / "host_vars" / "header-1-1.yml").write_text(vault_block("vault_a", encrypt("secret-1-1", lab, None)))
+    (fleet / "host_vars" / "header-1-2.yml").write_text(vault_block("vault_b", encrypt("secret-1-2", lab, "prod")))
+    (fleet / "host_vars" / "own-password.yml").write_text(
+        vault_block("vault_c", encrypt("secret-own", b"a password of our own", "lab")))
+    (fleet / "host_vars" / "clean.yml").write_text("vllm_fleet_flavour: cpu\n")
+    inline = tmp_path / "inline.yml"
+    inline.write_text("gateways:\n  hosts:\n    yaml-inline:\n" +
+                      vault_block("vault_d", encrypt("secret-yaml", lab, "lab"), " " * 6))
+    done = run_guard(tmp_path, "-i", str(fleet), "-i", str(inline))
+    refused = {"header-1-1": "vault_a", "header-1-2": "vault_b", "ini-inline": "vault_ini_key", "yaml-inline": "vault_d"}
+    for host, name in refused.items():
+        assert f"{host}: {name}: encrypted with the lab's public vault password" in done.stdout, done.stdout[-3000:]
+    for host in ("own-password", "clean"):
+        assert f"{host:<27}: ok=1" in done.stdout and f"{host}: vault" not in done.stdout, done.stdout[-3000:]
+    assert "secret-" not in done.stdout and "$ANSIBLE_VAULT" not in done.stdout
+
+
+@pytest.mark.parametrize("marked", [True, False])
+def test_the_lab_inventory_passes_as_the_lab(marked: bool, tmp_path: Path) -> None:
+    """The lab's hosts with the lab's own vars (as molecule links them) pass: the inventory says it is the lab. Not
+    saying so, the same hosts are refused for the lab's own secrets."""
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    (lab / "hosts.yml").write_text("gpu_hosts:\n  hosts:\n    lab1:\ngateways:\n  hosts:\n    lab3:\n"
+                                   "monitoring:\n  hosts:\n    lab3:\n")
+    for part in ("group_vars", "host_vars"):
+        (lab / part).symlink_to(REPO / "inventory" / "lab" / part)
+    done = run_guard(tmp_path, "-i", str(lab), *([] if marked else ["-e", '{"vllm_fleet_lab": false}']))
+    assert (done.returncode == 0) == marked, done.stdout[-3000:]
+    assert ("lab1: vault_lab_batch_api_key, vault_lab_realtime_api_key: encrypted with the lab's public vault "
+            "password" in done.stdout) != marked, done.stdout[-3000:]
+    assert ("lab3: vault_lab_gateway_key_lab_user, vault_lab_monitoring_password: encrypted" in done.stdout) != marked
 
 
 def test_check_refuses_a_host_holding_lab_secrets(tmp_path: Path) -> None:
@@ -69,8 +153,8 @@ def test_check_refuses_a_host_holding_lab_secrets(tmp_path: Path) -> None:
     done = check(inventory)
     summary = done.stdout.split("FAILED HOSTS")[1].strip().splitlines()[1:]
     assert len(summary) == 1 and summary[0].startswith(
-        f"gpu-3090-b: {host_vars} hold(s) values encrypted with the lab's public "
-        "vault password"), done.stdout[-3000:]
+        "gpu-3090-b: vault_lab_batch_api_key, vault_lab_realtime_api_key: encrypted with the lab's public vault "
+        "password"), done.stdout[-3000:]
     for host in ("gpu-3090-a", "gpu-4090-a", "gateway-a"):
         assert f"{host:<27}: ok=" in done.stdout and f"{host}: " not in "\n".join(summary)
     assert "changed=1" not in done.stdout

@@ -1,14 +1,19 @@
-"""The lab's Vault variables, decrypted with the lab's public password (inventory/lab/vault-password): for the
-molecule tests and benchmarks that act as the lab's clients. Never for a real inventory's secrets."""
+"""The lab's Vault variables, decrypted with the lab's public password (tools/lab-vault-password): for the molecule
+tests and benchmarks that act as the lab's clients. Never for a real inventory's secrets."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-PASSWORD_FILE = REPO / "inventory" / "lab" / "vault-password"
+sys.path.insert(0, str(REPO / "lib"))
+
+# The guard that refuses the lab's secrets outside the lab reads the same file.
+from vllm_fleet.vault import LAB_PASSWORD_FILE as PASSWORD_FILE  # noqa: E402
+
 # Ansible's vault identity of the lab, for the lab's own runs (the kit's ansible.cfg names none: Makefile, molecule).
 IDENTITY = f"lab@{PASSWORD_FILE}"
 
