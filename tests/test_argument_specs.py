@@ -115,10 +115,15 @@ def test_spec_defaults_equal_defaults(role: str) -> None:
 
 @pytest.mark.parametrize("role", ROLES)
 def test_role_layout(role: str) -> None:
-    """The role has meta/main.yml and tasks/main.yml (a settings-only role, with no tasks directory, has defaults
-    instead), and each templates/*.j2 starts with ansible_managed."""
+    """The role has meta/main.yml and tasks/main.yml (a settings-only role has defaults instead, and only task files
+    that other roles run by tasks_from, each an entry point of its argument spec), and each templates/*.j2 starts
+    with ansible_managed."""
     assert _find(role, "meta") is not None, f"role {role}: meta/main.yml is missing"
-    settings_only = not (ROLES_DIR / role / "tasks").exists() and _find(role, "defaults") is not None
+    task_files = sorted(p.stem for p in (ROLES_DIR / role / "tasks").glob("*.yml"))
+    spec = _find(role, "meta", "argument_specs")
+    entry_points = set((_load_mapping(spec).get("argument_specs") or {}) if spec else {})
+    settings_only = (_find(role, "tasks") is None and _find(role, "defaults") is not None
+                     and set(task_files) <= entry_points - {"main"})
     assert settings_only or _find(role, "tasks") is not None, f"role {role}: tasks/main.yml is missing"
     templates_dir = ROLES_DIR / role / "templates"
     unmanaged = [

@@ -6,11 +6,13 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -147,3 +149,66 @@ def test_a_model_given_as_a_config_file_is_planned_without_the_hub(tmp_path: Pat
         done = check(inventory)
     assert done.returncode == 0, done.stdout[-3000:]
     assert asked == [] and "no plan" not in done.stdout and "57,344 B of KV per token" in done.stdout
+
+
+# check.yml's roles, each with the host its settings are broken on: a GPU host stops at the first role whose preflight
+# fails (vllm_model, vllm_scenes, vllm_ingress, in that order), and a play whose hosts all fail ends the run, so
+# gpu-3090-a stays clean for the plays after it. vllm_fleet's settings are checked by the first role of a host.
+# vllm_verify is left out: its preflight does not run the shared check yet.
+BROKEN_ON = {"gpu-3090-b": ["vllm_fleet", "vllm_model"], "gpu-4090-a": ["vllm_scenes"], "gpu-4090-b": ["vllm_ingress"],
+             "gateway-a": ["vllm_gateway"]}
+INJECTED = "INJECTED"
+
+
+def broken_settings(role: str) -> dict[str, Any]:
+    """A line break in each of the role's str, path and list-of-str settings. Left out: a required one (none of these
+    roles has one), and vllm_fleet's with choices (vllm_fleet_flavour, vllm_fleet_service_manager): its argument spec
+    is validated as each role's dependency, before any preflight, and refuses a value outside them first."""
+    options = yaml.safe_load((REPO / "roles" / role / "meta" / "argument_specs.yml").read_text())
+    broken: dict[str, Any] = {}
+    for name, spec in options["argument_specs"]["main"]["options"].items():
+        if spec.get("required") or (role == "vllm_fleet" and spec.get("choices")):
+            continue
+        if spec.get("type", "str") in ("str", "path"):
+            broken[name] = f"x\n{INJECTED}"
+        elif spec.get("type") == "list" and spec.get("elements") == "str":
+            broken[name] = [f"x\n{INJECTED}"]
+    return broken
+
+
+def test_a_line_break_in_any_setting_fails_its_host_naming_the_setting_never_the_value(tmp_path: Path) -> None:
+    """A line break in every string setting of check.yml's roles, the two known injections among them (a root
+    ExecStartPre= line in a scene's unit, a log directive in the gateway's HAProxy config): each host fails in its
+    first role's preflight, naming every setting of it and of the kit's shared ones and the character, no value;
+    nothing changes."""
+    inventory = example_fleet(tmp_path)
+    hosts = yaml.safe_load((inventory / "hosts.yml").read_text())
+    hosts["gpu_hosts"]["hosts"]["gpu-4090-b"] = {"ansible_host": "192.0.2.22"}
+    (inventory / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    (inventory / "host_vars" / "gpu-4090-b.yml").write_text((inventory / "host_vars" / "gpu-4090-a.yml").read_text())
+    expected: list[str] = []
+    for host, roles in BROKEN_ON.items():
+        broken = {name: value for role in roles for name, value in broken_settings(role).items()}
+        expected += [name + ("[0]" if isinstance(value, list) else "") for name, value in broken.items()]
+        if host == "gpu-3090-b":
+            broken["vllm_fleet_scene_cache_dir"] = f"/var/lib/vllm/cache\nExecStartPre=/bin/sh -c 'id > /tmp/{INJECTED}'"
+        if host == "gateway-a":
+            broken["vllm_gateway_timeout"] = f"30m\n    log 192.0.2.66:514 local0 {INJECTED}"
+            broken["vllm_gateway_users"] = yaml.safe_load(
+                (inventory / "group_vars" / "gateways" / "main.yml").read_text())["vllm_gateway_users"]
+            broken["vllm_gateway_users"][1]["name"] = f"ci-bots\n{INJECTED}"
+            expected.append("vllm_gateway_users[1].name")
+        path = inventory / "host_vars" / f"{host}.yml"
+        own = yaml.safe_load(path.read_text()) if path.exists() else {}
+        path.write_text(yaml.safe_dump({**own, **broken}))
+    assert "vllm_fleet_scene_cache_dir" in expected and "vllm_gateway_timeout" in expected
+    done = check(inventory)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output[-3000:]
+    missing = [label for label in expected
+               if f"{label}: holds a line break or control character ('\\n'); use a single line" not in done.stdout]
+    assert missing == [], output[-3000:]
+    assert INJECTED not in output and "ExecStartPre" not in output
+    assert set(re.findall(r"\bchanged=(\d+)", done.stdout)) == {"0"}, done.stdout[-2000:]
+    summary = done.stdout.split("FAILED HOSTS")[1].strip().splitlines()[1:]
+    assert sorted(line.split(":")[0] for line in summary) == sorted(set(BROKEN_ON)), done.stdout[-3000:]

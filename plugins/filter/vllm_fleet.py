@@ -1,5 +1,6 @@
 """Ansible filters over vllm-fleet's pure logic (lib/vllm_fleet): scenes, model weights, capacity plans, hardware
-rules, verification, rollouts, in-sync checks, wheelhouse locks, compile-cache bundles, the fleet gateway and tuning."""
+rules, verification, rollouts, in-sync checks, wheelhouse locks, compile-cache bundles, the fleet gateway, tuning and
+single-line settings."""
 
 from __future__ import annotations
 
@@ -17,13 +18,13 @@ from ansible.errors import AnsibleFilterError
 if __name__.startswith("ansible_collections."):
     from ..plugin_utils.vllm_fleet import (
         FleetError, cards, compile_cache, driver, gateway, hardware, in_sync, models, monitoring, pki, planner, rollout,
-        scenes, tuning, vault, verify, wheelhouse,
+        scenes, strings, tuning, vault, verify, wheelhouse,
     )
 else:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
     from vllm_fleet import (
         FleetError, cards, compile_cache, driver, gateway, hardware, in_sync, models, monitoring, pki, planner, rollout,
-        scenes, tuning, vault, verify, wheelhouse,
+        scenes, strings, tuning, vault, verify, wheelhouse,
     )
 
 
@@ -54,6 +55,19 @@ def presets(custom: dict[str, Any]) -> dict[str, Any]:
 def card_matchers(_ignored: Any = None) -> dict[str, Any]:
     """Return the registry's names, PCI ids and compute capability per GPU profile, for vllm_fleet_gpu_facts."""
     return cards.matchers()
+
+
+def string_problems(options: dict[str, Any], variables: Any, documents: list[str] | None = None) -> list[str]:
+    """Return the settings of options (an argument spec's) whose value in variables (vars) holds a control character."""
+    documents = documents or []
+    values = {}
+    for name in options:
+        try:
+            values[name] = strings.plain(variables, name, name, documents)
+        # Undefined, a template that fails, a Vault value without its secret: what cannot be read cannot be checked.
+        except Exception:  # noqa: BLE001 - Ansible raises its own errors and Python's from the templates it runs
+            continue
+    return strings.control_character_problems(options, values, documents)
 
 
 def _guarded(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -90,6 +104,7 @@ class FilterModule:
             "vllm_fleet_is_ip": scenes.is_ip_literal,
             "vllm_fleet_is_loopback": scenes.is_loopback,
             "vllm_fleet_env_problem": scenes.env_problem,
+            "vllm_fleet_string_problems": string_problems,
             "vllm_fleet_key_problem": gateway.key_problem,
             "vllm_fleet_reach_address": scenes.reach_address,
             "vllm_fleet_local_url": scenes.local_url,
