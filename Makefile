@@ -19,6 +19,8 @@ LAB_WWW := /var/lib/vllm-fleet-lab/www
 # Each scenario is in exactly one lane (a test checks).
 MOLECULE_LANES ?= default node_exporter,vllm_model,vllm_drift,vllm_scenes,nvidia_driver,vllm_monitoring
 MOLECULE_NICE ?= 10
+# The commit whose gateway and ingress `make bench` measures beside the checkout's (benchmarks/gateway_latency.py).
+LATENCY_BEFORE ?= HEAD~1
 export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 # The lab's public vault password, for the lab's targets only: ansible.cfg names no vault identity, so a fleet's
@@ -84,6 +86,7 @@ bench: setup lab-model  ## timings (medians over several runs), see docs/benchma
 	$(BIN)/python benchmarks/gateway_bench.py
 	$(BIN)/python benchmarks/monitoring_bench.py
 	$(BIN)/python benchmarks/tune_bench.py
+	$(BIN)/python benchmarks/gateway_latency.py --before $(LATENCY_BEFORE)
 
 clean: lab-down
 	rm -rf .cache

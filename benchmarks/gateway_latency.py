@@ -4,10 +4,11 @@ realtime scene, directly on loopback and through the gateway (and that host's in
 kept-alive connection and on a new connection per request (through the gateway: a full TLS handshake, or a resumed
 TLS session). The other GPU host's scene is out of rotation meanwhile, so both paths reach the same scene.
 
-With --before REF, the gateway and ingress are first converged from that commit (a git worktree) and measured, then
-from this checkout and measured again: before and after a change, on the same hosts. Runs on the lab `make lab`
-starts (two GPU hosts and a gateway); prints medians over --runs runs of p50 and p99 per path, and the gateway's
-added milliseconds (gateway minus direct)."""
+With --before REF, the gateway and ingress are converged from that commit (a git worktree), then from this checkout,
+and each run measures both configs in turn (swapped in place, each HAProxy reloaded): before and after a change, on
+the same hosts, in one run. Runs on the lab `make lab` starts (two GPU hosts and a gateway; it runs `make lab` when
+that lab is not up); prints medians over --runs runs of p50 and p99 per path, and the gateway's added milliseconds
+(gateway minus direct)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from benchlib import REPO, BenchError, Lab
@@ -32,7 +34,7 @@ USER_KEY_VAR = "vault_lab_gateway_key_lab_user"
 # Runs on the GPU host: stdlib only. Paths interleave request by request, so drift on the lab's shared cores
 # touches each alike.
 CLIENT = r"""
-import http.client, json, ssl, sys, time
+import http.client, json, socket, ssl, sys, time
 with open(sys.argv[1]) as handle:
     args = json.load(handle)
 body = json.dumps({"model": args["model"], "max_tokens": 1, "messages": [{"role": "user", "content": "Hi"}]})
@@ -43,8 +45,9 @@ def connect(path):
         return http.client.HTTPConnection("127.0.0.1", 8000, timeout=30)
     conn = http.client.HTTPSConnection(args["gateway"], 443, context=context, timeout=30)
     if path == "gateway resumed" and session["tls"] is not None:
-        conn.sock = context.wrap_socket(__import__("socket").create_connection((args["gateway"], 443), 30),
-                                        server_hostname=args["gateway"], session=session["tls"])
+        raw = socket.create_connection((args["gateway"], 443), 30)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as http.client's own connect does
+        conn.sock = context.wrap_socket(raw, server_hostname=args["gateway"], session=session["tls"])
     return conn
 def ask(conn, path):
     key = args["scene_key"] if path.startswith("direct") else args["user_key"]
@@ -108,40 +111,48 @@ def converge_front(checkout: Path) -> None:
             raise BenchError(f"{playbook} from {checkout} failed:\n{done.stdout[-3000:]}")
 
 
-def series(runs: int, requests: int) -> dict[str, list[float]]:
-    """Measure `runs` times with the other host's scene out of rotation; return each figure's values."""
-    rows: dict[str, list[float]] = {}
+# The HAProxy configs a converge leaves, by host: the gateway's and each GPU host's ingress.
+CONFIGS = {GATEWAY: "/etc/vllm-gateway/haproxy.cfg", HOST: "/etc/vllm-ingress/haproxy.cfg",
+           OTHER: "/etc/vllm-ingress/haproxy.cfg"}
+
+
+def read_configs() -> dict[int, str]:
+    """Return the gateway's and the ingresses' configs as the last converge left them."""
+    return {n: LAB.on_host(n, f"cat {path}") for n, path in CONFIGS.items()}
+
+
+def install_configs(configs: dict[int, str]) -> None:
+    """Put these configs in place and reload each HAProxy (a checked, hitless reload), then let it settle."""
+    for n, path in CONFIGS.items():
+        unit = "vllm-gateway" if n == GATEWAY else "vllm-ingress"
+        LAB.on_host_stdin(n, f"cat > {path}; systemctl reload {unit}", configs[n])
+    time.sleep(3)
     LAB.on_host(GATEWAY, runtime_api_shell(f"set server model_0/lab{OTHER}:realtime state maint"))
-    try:
-        for _ in range(runs):
-            figures = measure(requests)
-            for path, values in figures.items():
-                for name, value in values.items():
-                    rows.setdefault(f"{path} {name}", []).append(value)
-            for mode in ("kept-alive", "new"):
-                for name in ("p50", "p99"):
-                    rows.setdefault(f"added {mode} {name}", []).append(
-                        figures[f"gateway {mode}"][name] - figures[f"direct {mode}"][name])
-            for name in ("p50", "p99"):
-                rows.setdefault(f"added resumed {name}", []).append(
-                    figures["gateway resumed"][name] - figures["direct new"][name])
-    finally:
-        LAB.on_host(GATEWAY, runtime_api_shell(f"set server model_0/lab{OTHER}:realtime state ready"))
-    return rows
+
+
+def add_run(rows: dict[str, list[float]], figures: dict[str, dict[str, float]]) -> None:
+    """Add one run's p50 and p99 per path, and what the gateway adds to the direct path, to rows."""
+    for path, values in figures.items():
+        for name, value in values.items():
+            rows.setdefault(f"{path} {name}", []).append(value)
+    for added, gateway, direct in (("kept-alive", "gateway kept-alive", "direct kept-alive"),
+                                   ("new", "gateway new", "direct new"), ("resumed", "gateway resumed", "direct new")):
+        for name in ("p50", "p99"):
+            rows.setdefault(f"added {added} {name}", []).append(figures[gateway][name] - figures[direct][name])
 
 
 def main() -> int:
-    """Measure before (optional) and after; print one Markdown table of medians in ms."""
+    """Converge before (optional) and after, then measure them in turn, run by run; print one Markdown table of
+    medians in ms."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--requests", type=int, default=200, help="requests per path and run")
-    parser.add_argument("--before", help="a commit whose gateway and ingress to measure first")
+    parser.add_argument("--before", help="a commit whose gateway and ingress to measure beside the checkout's")
     parser.add_argument("--json", help="also write the medians to this file")
     args = parser.parse_args()
-    if not LAB.exists():
-        print("gateway_latency.py: no lab: run `make lab` first", file=sys.stderr)
-        return 1
-    columns: dict[str, dict[str, list[float]]] = {}
+    if not LAB.exists():  # the lab `make lab` starts and converges, left up for the next run
+        subprocess.run(["make", "lab"], cwd=REPO, check=True)
+    configs: dict[str, dict[int, str]] = {}
     if args.before:
         with tempfile.TemporaryDirectory() as scratch:
             worktree = Path(scratch) / "before"
@@ -149,12 +160,22 @@ def main() -> int:
                            capture_output=True)
             try:
                 converge_front(worktree)
-                columns[f"before ({args.before})"] = series(args.runs, args.requests)
+                configs[f"before ({args.before})"] = read_configs()
             finally:
                 subprocess.run(["git", "worktree", "remove", "--force", str(worktree)], cwd=REPO, check=False)
-    converge_front(REPO)
-    columns["after"] = series(args.runs, args.requests)
-    names = list(next(iter(columns.values())))
+    converge_front(REPO)  # leaves the checkout's configs in place at the end
+    configs["after"] = read_configs()
+    # Each run measures every config in turn, so the lab's drift over the runs touches each alike.
+    columns: dict[str, dict[str, list[float]]] = {label: {} for label in configs}
+    try:
+        for _ in range(args.runs):
+            for label, config in configs.items():
+                install_configs(config)
+                add_run(columns[label], measure(args.requests))
+    finally:
+        install_configs(configs["after"])
+        LAB.on_host(GATEWAY, runtime_api_shell(f"set server model_0/lab{OTHER}:realtime state ready"))
+    names = list(columns["after"])
     print("| ms (median of runs) | " + " | ".join(columns) + " |")
     print("|---|" + "---:|" * len(columns))
     for name in names:

@@ -46,3 +46,11 @@ def test_scrape_cost_is_the_difference_of_medians_against_the_spread() -> None:
     assert (tpot["not scraping"], tpot["scraping every 15 s"]) == (11.0, 11.0)
     assert tpot["difference %"] == 0 and tpot["noise %"] == pytest.approx(2 / 11 * 100)
     assert verdict(runs)["output_throughput"]["difference %"] == pytest.approx(-1 / 95 * 100)
+
+
+def test_latency_percentile_is_nearest_rank() -> None:
+    """p50 and p99 of the gateway latency benchmark are nearest-rank percentiles of the sorted times."""
+    from gateway_latency import percentile
+    times = [float(n) for n in range(100, 0, -1)]
+    assert (percentile(times, 0.5), percentile(times, 0.99), percentile(times, 1.0)) == (50.0, 99.0, 100.0)
+    assert percentile([3.0], 0.99) == 3.0
