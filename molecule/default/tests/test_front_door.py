@@ -72,13 +72,13 @@ try:
     tls.do_handshake()
 except ssl.SSLWantReadError:
     pass
-with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5) as conn:
-    conn.settimeout(5)
-    conn.sendall(outgoing.read())
-    try:
+try:  # a reset may come as the hello is sent or as the answer is read
+    with socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5) as conn:
+        conn.settimeout(5)
+        conn.sendall(outgoing.read())
         print(len(conn.recv(5)))
-    except (ConnectionResetError, socket.timeout):
-        print(0)
+except (ConnectionResetError, BrokenPipeError, socket.timeout):
+    print(0)
 """
 
 
@@ -152,7 +152,8 @@ def test_a_request_whose_scene_crashes_reaches_no_other_scene(host: testinfra.ho
         time.sleep(0.2)
     assert victim, "the long request was not seen in flight on any scene"
     killed_at = time.monotonic()
-    lab_host(victim).check_output("systemctl kill --signal=KILL vllm-scene-realtime")
+    # The server process dies at once, as in a crash (systemctl kill fails on the lab's auxiliary processes).
+    lab_host(victim).check_output("kill -KILL \"$(systemctl show -p MainPID --value vllm-scene-realtime)\"")
     asking.join(timeout=300)
     time.sleep(3)  # a request sent on would be running or done by now
     others = {name: success_count(name) - before[name] for name in GPU_HOSTS if name != victim}
