@@ -464,7 +464,9 @@ case ${1:-} in
     ldd /usr/sbin/haproxy | awk '$3 ~ /^\// { print $3 }' | grep -v -e '/libc\.so' -e '/libm\.so' -e '/libstdc++' -e '/libgcc_s' \
       | xargs -I{} cp -L {} .gpu-tools/haproxy/lib/
     for file in haproxy.cfg server.pem fleet-ca.pem; do lab_file "$2" "/etc/vllm-ingress/$file" >".gpu-gateway/ingress-$file"; done
-    for file in haproxy.cfg tls.pem fleet-ca.pem client.pem; do lab_file "$3" "/etc/vllm-gateway/$file" >".gpu-gateway/gateway-$file"; done
+    for file in haproxy.cfg tls.pem fleet-ca.pem client.pem repeated_field.lua; do
+      lab_file "$3" "/etc/vllm-gateway/$file" >".gpu-gateway/gateway-$file"
+    done
     moves=(-e "s/$2/127.0.0.2/g" -e "s/$3/127.0.0.3/g")
     if [ -n "${4:-}" ]; then  # a second GPU host's ingress (tp2-versus: two scenes behind the gateway), at 127.0.0.4
       for file in haproxy.cfg server.pem fleet-ca.pem; do lab_file "$4" "/etc/vllm-ingress/$file" >".gpu-gateway/ingress2-$file"; done
@@ -475,10 +477,12 @@ case ${1:-} in
     .venv/bin/python -c 'import sys; from pathlib import Path; sys.path.insert(0, "tools"); from lab_vault import lab_secrets
 print(lab_secrets(Path("inventory/lab/group_vars/gateways/vault.yml"))["vault_lab_gateway_key_lab_user"])' >.gpu-gateway/user.key
     # One GPU host on loopback: its ingress at 127.0.0.2, the gateway at 127.0.0.3, the proof's model and realtime's
-    # max_num_seqs (16 in the cuda preset); the other lab hosts' servers and batch go.
+    # max_num_seqs (16 in the cuda preset); the other lab hosts' servers and batch go. On loopback the gateway reaches
+    # an ingress from 127.0.0.1, not its own address, so the ingresses admit loopback sources.
     sed -i "${moves[@]}" -e 's#/etc/vllm-ingress/#@DIR@/ingress-#g' \
       -e 's#/etc/vllm-gateway/#@DIR@/gateway-#g' -e 's#/run/vllm-\(ingress\|gateway\)/#@RUN@/\1-#g' \
-      -e 's/tiny-qwen2/qwen2.5-7b-random/g' -e 's/maxconn [0-9]*/maxconn 16/' .gpu-gateway/*haproxy.cfg
+      -e 's/tiny-qwen2/qwen2.5-7b-random/g' -e '/^ *server /s/maxconn [0-9]*/maxconn 16/' \
+      -e 's/reject unless { src [^}]*}/reject unless { src 127.0.0.0\/8 }/' .gpu-gateway/*haproxy.cfg
     # tp2-versus: both GPU hosts' realtime servers (tp2-versus sets their maxconn from its scenes when it starts it).
     [ -z "${4:-}" ] || sed -e '/^ *server /{/127\.0\.0\.[24]:.*realtime/!d}' .gpu-gateway/gateway-haproxy.cfg \
       >.gpu-gateway/pair-gateway-haproxy.cfg

@@ -26,6 +26,7 @@ from vllm_fleet import dashboard  # noqa: E402
 
 LAB, GPU_HOST, MONITOR = "mmon", "mmon1", "mmon2"
 PKI = Path(f"/var/lib/vllm-fleet-lab/pki/{LAB}")
+MONITOR_TLS = "/etc/prometheus/vllm-fleet-tls"  # the monitoring host's copy of its client certificate
 ALERT_LOG = "/var/log/vllm-fleet-alerts/alerts.jsonl"
 REPORTS = REPO / "reports" / "molecule-vllm_monitoring"
 SCENE_UNIT = "vllm-scene-realtime.service"
@@ -120,17 +121,26 @@ def test_every_target_is_up_including_every_scene() -> None:
                     ("node", MONITOR, "", "up"), ("prometheus", MONITOR, "", "up"), ("vllm", GPU_HOST, "realtime", "up")]
 
 
+def curl_from_monitor(url: str, *args: str) -> str:
+    """Run curl on the monitoring host (an address every ingress admits) against url; return the status."""
+    return lab_host(MONITOR).run(" ".join(["curl", "-s", "-o", "/dev/null", "-w", "'%{http_code}'", "--max-time", "10",
+                                           "--cacert", f"{MONITOR_TLS}/fleet-ca.pem", *args, url])).stdout
+
+
 def test_metrics_are_read_only_through_the_ingress_with_the_monitoring_certificate() -> None:
-    """Off the host, a scene's metrics need the monitoring host's client certificate, which reads metrics only; the
+    """Off the host, a scene's metrics need the monitoring host's client certificate, from the monitoring host's own
+    address (the ingress closes the controller's connections, certificate or not), and it reads metrics only; the
     scene's own port and Prometheus are not reachable from the controller at all."""
     gpu, monitor = address(GPU_HOST), address(MONITOR)
     cert = ["--cert", str(PKI / f"monitoring-client-{MONITOR}.crt"), "--key", str(PKI / f"monitoring-client-{MONITOR}.key")]
+    own_cert = ["--cert", f"{MONITOR_TLS}/client.crt", "--key", f"{MONITOR_TLS}/client.key"]
     ingress = f"https://{gpu}:9443"
-    assert curl_from_controller(f"{ingress}/metrics/scene/realtime", *cert).stdout == "200"
-    assert curl_from_controller(f"{ingress}/metrics/scene/realtime").stdout == "000"  # no client certificate
-    assert curl_from_controller(f"{ingress}/v1/chat/completions", *cert, "-X", "POST", "-d", "{}").stdout == "405"
-    assert curl_from_controller(f"{ingress}/v1/models", *cert).stdout == "404"
-    assert curl_from_controller(f"{ingress}/metrics/scene/other", *cert).stdout == "404"
+    assert curl_from_monitor(f"{ingress}/metrics/scene/realtime", *own_cert) == "200"
+    assert curl_from_controller(f"{ingress}/metrics/scene/realtime", *cert).stdout == "000"  # not a monitor's address
+    assert curl_from_monitor(f"{ingress}/metrics/scene/realtime") == "000"  # no client certificate
+    assert curl_from_monitor(f"{ingress}/v1/chat/completions", *own_cert, "-X", "POST", "-d", "{}") == "405"
+    assert curl_from_monitor(f"{ingress}/v1/models", *own_cert) == "404"
+    assert curl_from_monitor(f"{ingress}/metrics/scene/other", *own_cert) == "404"
     assert curl_from_controller(f"https://{monitor}:9444/metrics/gateway", *cert).stdout == "200"
     assert curl_from_controller(f"https://{monitor}:9444/metrics/gateway").stdout == "000"
     assert curl_from_controller(f"http://{gpu}:8000/metrics").stdout == "000"
