@@ -181,6 +181,24 @@ def test_module_snapshot_then_restore_puts_the_host_back(host_root: Path, capsys
     assert run_module("restore", host_root, capsys)["changed"] is False
 
 
+def test_restore_of_a_scene_whose_unit_was_never_written(host_root: Path, capsys: pytest.CaptureFixture[str],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A first deploy that failed before writing a new scene's unit is restored without asking systemd to disable a
+    unit it has never seen (which fails: "Unit file ... does not exist")."""
+    calls = host_root / "systemctl.calls"
+    fake = host_root / "bin" / "systemctl"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {calls}\n[ "$1" != disable ] || exit 1\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    assert run_module("snapshot", host_root, capsys)["changed"] is True
+    (host_root / "etc" / "batch.yaml").write_text("new scene\n")
+    result = run_module("restore", host_root, capsys, systemd=True)
+    assert not result.get("failed") and result["removed"] == ["batch"], result
+    assert not (host_root / "etc" / "batch.yaml").exists()
+    assert calls.read_text().split() == ["daemon-reload"]
+
+
 def kept_texts(snapshot: Path) -> set[str]:
     """Return the contents of the files a snapshot keeps (its manifest left out)."""
     return {path.read_text() for path in snapshot.iterdir() if path.name != "manifest.json"}

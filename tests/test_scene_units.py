@@ -56,6 +56,12 @@ def render(tmp_path: Path, scenes: list[dict[str, Any]]) -> tuple[dict[str, str]
     return units, json.loads((out / "scenes.json").read_text())
 
 
+def guard_rules(tmp_path: Path) -> list[str]:
+    """Return the rule lines of the rendered loopback guard."""
+    return [line.strip() for line in (tmp_path / "units" / "loopback-guard.nft").read_text().splitlines()
+            if "skuid" in line]
+
+
 def devices(unit: str) -> list[str]:
     """Return the DeviceAllow lines of a unit."""
     return re.findall(r"^DeviceAllow=(.*)$", unit, re.M)
@@ -84,6 +90,11 @@ def test_gpus_all_renders_one_unit_per_card(tmp_path: Path) -> None:
         assert env["VLLM_MAX_N_SEQUENCES"] == "4"
         # The ingress, never the scene, closes an idle connection: the scene keeps one far longer than vLLM's 5 s.
         assert int(env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) >= 600
+        # Its own user, and the guard loaded before it starts.
+        assert f"User=vllm-realtime-gpu{index}\n" in unit and "Wants=vllm-fleet-scenes-guard.service" in unit
+    assert guard_rules(tmp_path) == [
+        f'meta skuid "vllm-realtime-gpu{index}" meta l4proto {{ tcp, udp }} th dport != {8000 + index} '
+        "th dport < 32768 reject" for index in (0, 1)]
     verify(tmp_path)
 
 

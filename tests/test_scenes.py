@@ -10,7 +10,7 @@ from conftest import REPO
 
 sys.path.insert(0, str(REPO / "lib"))
 
-from vllm_fleet import cards, scenes  # noqa: E402
+from vllm_fleet import FleetError, cards, scenes  # noqa: E402
 
 DEFAULTS = yaml.safe_load((REPO / "roles/vllm_scenes/defaults/main.yml").read_text())
 PRESETS: dict[str, Any] = cards.presets()
@@ -191,3 +191,19 @@ def test_custom_presets_are_checked_like_scenes() -> None:
         scenes.resolve_scenes([{"name": "n", "preset": "nightly"}], presets, MODELS)
     with pytest.raises(scenes.SceneError, match="or add it to vllm_scenes_custom_presets"):
         resolve({"name": "fast", "model": "qwen"})
+
+
+def test_each_scene_gets_a_user_of_its_own_within_useradds_limit() -> None:
+    """<service user>-<scene>; past 32 characters cut and suffixed with a digest of the whole name, still unique."""
+    long_a, long_b = "a" * 31, "a" * 30 + "b"
+    users = scenes.scene_users(["realtime", long_a, long_b], "vllm")
+    assert users["realtime"] == "vllm-realtime"
+    assert len(users[long_a]) == len(users[long_b]) == 32 and users[long_a] != users[long_b]
+    assert users[long_a].startswith("vllm-aaaaa") and scenes.scene_user("vllm", long_a) == users[long_a]
+
+
+def test_two_scenes_that_would_share_a_user_are_refused() -> None:
+    """A short name equal to another's cut form would make two scenes one user: refused, naming both."""
+    long_name = "b" * 31
+    with pytest.raises(FleetError, match="would share a user"):
+        scenes.scene_users([long_name, scenes.scene_user("vllm", long_name).removeprefix("vllm-")], "vllm")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import hashlib
 import ipaddress
 import math
 import re
@@ -358,3 +359,24 @@ def ready_targets(scenes: list[Scene], unit_prefix: str = "vllm-scene-") -> list
     """Return what vllm_fleet_scene_ready waits for: each scene's name, base URL on the host and systemd unit."""
     return [{"name": scene["name"], "url": local_url(scene["host"], scene["port"]),
              "unit": f"{unit_prefix}{scene['name']}.service"} for scene in scenes]
+
+
+# useradd's limit on a user name's length.
+_USER_NAME_MAX = 32
+
+
+def scene_user(service_user: str, scene: str) -> str:
+    """Return the system user a scene runs as: <service user>-<scene>, cut and suffixed with a digest past 32 chars."""
+    name = f"{service_user}-{scene}"
+    if len(name) <= _USER_NAME_MAX:
+        return name
+    digest = hashlib.sha256(scene.encode()).hexdigest()[:6]
+    return f"{name[:_USER_NAME_MAX - 7].rstrip('-')}-{digest}"
+
+
+def scene_users(names: list[str], service_user: str) -> dict[str, str]:
+    """Return each scene's own user by scene name; refuse two scenes that would share one."""
+    users = {name: scene_user(service_user, name) for name in names}
+    if len(set(users.values())) < len(users):
+        raise FleetError(f"scenes {sorted(names)} would share a user: rename one of them")
+    return users

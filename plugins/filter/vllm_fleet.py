@@ -109,6 +109,7 @@ class FilterModule:
             "vllm_fleet_reach_address": scenes.reach_address,
             "vllm_fleet_local_url": scenes.local_url,
             "vllm_fleet_ready_targets": scenes.ready_targets,
+            "vllm_fleet_scene_users": _guarded(scenes.scene_users),
             "vllm_fleet_model_manifest_paths": models.manifest_paths,
             "vllm_fleet_model_controller_dirs": models.controller_dirs,
             "vllm_fleet_model_listings": models.listings,

@@ -275,8 +275,10 @@ def restore(module: AnsibleModule, layout: Layout, files: dict[str, str], sums: 
     changed = bool(plan.write or plan.delete or plan.relink or fact_back)
     if changed and not module.check_mode:
         if module.params["systemd"]:
+            # A scene whose unit the failed deploy never wrote has only files to remove.
             for scene in plan.remove_scenes:
-                module.run_command(["systemctl", "disable", "--now", layout.unit_of(scene)], check_rc=True)
+                if (layout.unit_dir / layout.unit_of(scene)).exists():
+                    module.run_command(["systemctl", "disable", "--now", layout.unit_of(scene)], check_rc=True)
         for path in plan.delete:
             Path(path).unlink()
         for path in plan.write:

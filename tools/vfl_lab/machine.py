@@ -59,8 +59,10 @@ def install_ansiballz_cache(merged: Path) -> None:
 
 def boot(merged: Path, plan: HostPlan, log: Path) -> int:
     """Start systemd-nspawn in the background and return its pid."""
+    # CAP_NET_ADMIN acts on the host's own network namespace only: the kit loads nftables rules there, as on a server.
     argv = ["systemd-nspawn", "--register=no", "--keep-unit", "--boot", "--console=passive", "--resolv-conf=off",
-            f"--machine={plan.name}", f"--directory={merged}", f"--network-namespace-path=/run/netns/{plan.netns}"]
+            "--capability=CAP_NET_ADMIN", f"--machine={plan.name}", f"--directory={merged}",
+            f"--network-namespace-path=/run/netns/{plan.netns}"]
     with log.open("ab") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True)
     return proc.pid

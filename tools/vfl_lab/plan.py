@@ -11,7 +11,8 @@ from urllib.parse import urlsplit
 # Bump when the way a root is built changes in a way the recipe fields below do not capture.
 RECIPE_VERSION = 1
 ROOT_PACKAGES = (
-    "ca-certificates", "curl", "dbus", "iproute2", "openssh-server", "python3", "sudo", "systemd", "systemd-sysv",
+    "ca-certificates", "curl", "dbus", "iproute2", "nftables", "openssh-server", "python3", "sudo", "systemd",
+    "systemd-sysv",
 )
 LAB_NET_PREFIX = "10.213"
 # Index 0 is never a host: its .1 carries the controller's file server for the lab (wheelhouse, models).

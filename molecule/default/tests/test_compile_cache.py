@@ -88,5 +88,5 @@ def test_wiped_hosts_refuse_corruption_compile_then_start_warm(host: testinfra.h
     assert written == [], written  # the graphs and kernels came from the bundle: nothing compiled
     assert seeded_init < cold_init / 2, (seeded_init, cold_init)
     assert seeded < 0.75 * cold, (seeded, cold)
-    assert host.file(f"{CACHE}/inductor").user == "vllm"
+    assert host.file(f"{CACHE}/inductor").user == "vllm-realtime"
     assert host.check_output(f"cat {CACHE}/.vllm-fleet-compile-cache") == refused[1]

@@ -49,13 +49,13 @@ def test_systemd_is_pid1_and_running(host: testinfra.host.Host) -> None:
 
 
 def test_scene_units_active_with_the_kit_settings(host: testinfra.host.Host) -> None:
-    """Each scene is an enabled, active unit with Type=exec, Restart=on-failure and the service user."""
+    """Each scene is an enabled, active unit with Type=exec, Restart=on-failure and its own user."""
     for scene in scenes_of(host):
         unit = f"vllm-scene-{scene}.service"
         assert host.service(unit).is_enabled and host.service(unit).is_running
         props = dict(line.split("=", 1) for line in host.check_output(
             f"systemctl show {unit} -p Type -p Restart -p User -p TimeoutStartUSec -p PrivateDevices").splitlines())
-        assert props == {"Type": "exec", "Restart": "on-failure", "User": "vllm", "TimeoutStartUSec": "30min",
+        assert props == {"Type": "exec", "Restart": "on-failure", "User": f"vllm-{scene}", "TimeoutStartUSec": "30min",
                          "PrivateDevices": "no"}
 
 
@@ -128,10 +128,10 @@ def test_no_host_fetched_a_release_lock_from_the_wheels_server() -> None:
 
 
 def test_caches_persist_on_disk_owned_by_the_service(host: testinfra.host.Host) -> None:
-    """Compile caches live under /var/lib/vllm/cache/<scene>, owned by vllm, and are filled after a start."""
+    """Compile caches live under /var/lib/vllm/cache/<scene>, its own user's alone, and are filled after a start."""
     for scene in scenes_of(host):
         cache = host.file(f"/var/lib/vllm/cache/{scene}")
-        assert cache.user == "vllm" and cache.is_directory
+        assert (cache.user, cache.mode) == (f"vllm-{scene}", 0o700) and cache.is_directory
         assert host.run(f"find /var/lib/vllm/cache/{scene} -type f | head -1").stdout.strip()
 
 
