@@ -37,6 +37,8 @@ import gitlab_mr_note  # noqa: E402
 
 # main's jobs (environments fleet-main and production, main only): the fleet's key and the Vault password.
 SECRET_NAMES = ("FLEET_SSH_PRIVATE_KEY", "FLEET_SSH_KNOWN_HOSTS", "FLEET_VAULT_PASSWORD")
+# What main's jobs need besides: the runner's persistent directory of the controller's state (no secret).
+MAIN_NAMES = (*SECRET_NAMES, "FLEET_STATE_DIR")
 # The pull request preview (environment fleet-preview, behind required reviewers): a key of its own, no Vault.
 PREVIEW_SECRET_NAMES = ("FLEET_PREVIEW_SSH_PRIVATE_KEY", "FLEET_SSH_KNOWN_HOSTS")
 # What no job a pull request triggers may name.
@@ -44,9 +46,9 @@ MAIN_ONLY = ("FLEET_SSH_PRIVATE_KEY", "FLEET_VAULT_PASSWORD", "ANSIBLE_VAULT_IDE
 # Each job that holds secrets: (workflow, job) -> (its environment, the secrets it holds there).
 JOB_SECRETS = {
     ("fleet-pr.yml", "check-diff"): ("fleet-preview", PREVIEW_SECRET_NAMES),
-    ("fleet-rollout.yml", "preview"): ("fleet-main", SECRET_NAMES),
-    ("fleet-rollout.yml", "rollout"): ("production", SECRET_NAMES),
-    ("fleet-nightly.yml", "drift"): ("fleet-main", SECRET_NAMES),
+    ("fleet-rollout.yml", "preview"): ("fleet-main", MAIN_NAMES),
+    ("fleet-rollout.yml", "rollout"): ("production", MAIN_NAMES),
+    ("fleet-nightly.yml", "drift"): ("fleet-main", MAIN_NAMES),
 }
 WITHOUT_SECRETS = "-e vllm_fleet_without_secrets=true"
 # The pull request preview's two ansible-playbook calls, on GitHub and GitLab alike: both without the Vault.
@@ -59,6 +61,7 @@ FAKE_SECRETS = {
         "-----BEGIN OPENSSH PRIVATE KEY-----\ncHJldmlldy1rZXktYm9keQ\n-----END OPENSSH PRIVATE KEY-----",
     "FLEET_SSH_KNOWN_HOSTS": "gpu-3090-a ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIknownhostsentry",
     "FLEET_VAULT_PASSWORD": "v4ult-pa55word-n0t-in-any-log",
+    "FLEET_STATE_DIR": "/srv/fleet-controller-state",
 }
 CHECK_LOG = """\
 PLAY [Scenes as systemd services] **********************************************
@@ -239,7 +242,7 @@ def test_secrets_handling(path: Path) -> None:
         holder = holders[0]
         assert set(holder["env"]) == set(names), name
         for key, value in holder["env"].items():
-            assert value == f"${{{{ secrets.{key} }}}}"
+            assert value == f"${{{{ {'vars' if key == 'FLEET_STATE_DIR' else 'secrets'}.{key} }}}}"
         script = holder["run"]
         assert script.lstrip().startswith("umask 077"), name
         for line in script.splitlines():
@@ -249,7 +252,7 @@ def test_secrets_handling(path: Path) -> None:
         assert 'dir="$RUNNER_TEMP/fleet-secrets"' in script
         # Every secret it holds is checked, and a missing one names the environment to set it in.
         assert f"for name in {' '.join(names)}; do" in script, name
-        assert f"::error::secret $name is not set (environment {environment}, see examples/gitops/README.md)" in script
+        assert f"::error::$name is not set (environment {environment}, see examples/gitops/README.md)" in script
         vault = "FLEET_VAULT_PASSWORD" in names
         assert ("ANSIBLE_VAULT_IDENTITY_LIST=fleet@$dir/vault-password" in script) is vault, name
         assert ("vault-password" in script) is vault, name
@@ -487,7 +490,7 @@ def test_missing_secret_stops_the_job(tmp_path: Path, workflow_name: str, job_na
     result = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], env=env,
                             capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 1
-    assert f"::error::secret {missing} is not set (environment {environment}, see" in result.stdout
+    assert f"::error::{missing} is not set (environment {environment}, see" in result.stdout
     assert not (tmp_path / "env").exists()  # nothing reached GITHUB_ENV
 
 
@@ -641,7 +644,7 @@ def test_gitlab_check_diff_runs_as_on_gitlab(tmp_path: Path, stub_ansible: Path)
 
 def test_gitlab_rollout_preview_runs_with_the_vault(tmp_path: Path, stub_ansible: Path) -> None:
     """The rollout preview (fleet-main) gets the fleet's key and the Vault: 0600 files, nothing printed, no switch."""
-    main = {name: FAKE_SECRETS[name] for name in SECRET_NAMES}
+    main = {name: FAKE_SECRETS[name] for name in MAIN_NAMES}
     job, result, secrets_dir = run_gitlab_job(tmp_path, stub_ansible, "rollout-preview", main)
     try:
         assert result.returncode == 0, result.stdout + result.stderr

@@ -107,7 +107,7 @@ verify() {  # verify NAME EXTRA...: plan and verify, reports into $STATE/reports
 
 # The fleet compile cache (compile-cache step).
 CACHE=/var/lib/vllm/cache/realtime
-STORE=${HOME:-}/.cache/vllm-fleet/compile-cache  # the role's default store: the controller is this host
+STORE=${VLLM_FLEET_STATE_DIR:-${HOME:-}/.local/share/vllm-fleet}/compile-cache  # the role's default store: the controller is this host
 ASIDE=/var/lib/vllm-host-a
 
 healthy() {  # healthy NAME PORT LABEL: wait for /health until GPU_PROOF_DEADLINE (575) s into this step; seconds into $STATE/LABEL.seconds

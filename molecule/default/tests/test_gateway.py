@@ -333,3 +333,18 @@ def test_revocation_under_load_drops_nothing(host: testinfra.host.Host, tmp_path
     assert {name: ingress_status(replaced, name) for name in GPU_HOSTS} == dict.fromkeys(GPU_HOSTS, "403")
     assert gateway_run()[0] == 0  # the scenario's own users again
     assert call("/v1/models", key("revoked"))[0] == 200
+
+
+def test_a_controller_without_the_fleet_ca_mints_none_for_a_fleet_that_trusts_one(host: testinfra.host.Host,
+                                                                                   tmp_path: Path) -> None:
+    """A controller that lost its state (a CI runner that kept no vllm_fleet_state_dir) would mint a new CA and issue
+    every certificate again: outside the lab it is refused, naming the CA the gateway trusts and the fix, and nothing
+    is made on the controller."""
+    empty = tmp_path / "pki"
+    result = run_playbook(SCENARIO, LAB, "gateways", "../../playbooks/client-certificates.yml",
+                          "-e", "vllm_fleet_lab=false", "-e", f"vllm_pki_dir={empty}", kit_output=True)
+    assert result.returncode != 0
+    assert f"{GATEWAY}: trusts a fleet CA (" in result.stdout and "/etc/vllm-gateway/fleet-ca.pem" in result.stdout
+    assert "set vllm_pki_new_ca: true" in result.stdout, result.stdout[-2000:]
+    assert not empty.exists()
+    assert host.file("/etc/vllm-gateway/fleet-ca.pem").exists

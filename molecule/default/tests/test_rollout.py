@@ -16,12 +16,13 @@ import tempfile
 from pathlib import Path
 
 import testinfra.host
+import yaml
 
 SCENARIO = Path(__file__).resolve().parents[1]
 REPO = SCENARIO.parents[1]
 sys.path.insert(0, str(REPO / "molecule" / "shared"))
 
-from gateway_client import GPU_HOSTS, Load, server_events, server_limits  # noqa: E402
+from gateway_client import GPU_HOSTS, Load, call, chat, key, server_events, server_limits  # noqa: E402
 from playbooks import lab_host, run_playbook, scene_health  # noqa: E402
 
 testinfra_hosts = ["ansible://gpu_hosts"]  # mdef4, the gateway, has tests/test_gateway.py
@@ -64,8 +65,9 @@ def rollout_under_load(change: str) -> tuple[dict[str, dict[str, str]], subproce
     before = {name: scene_state(name) for name in HOSTS}
     extra = [f"@{CHANGES}/hooks.yml", f"@{CHANGES}/verify.yml", f"@{CHANGES}/changes/{change}.yml",
              f"vllm_scenes_compile_cache_store={STORE}"]
+    # The good change runs as the GitOps production job runs it: the whole inventory, gateway included.
     with Load(pace=ROLLOUT_PACE_S) as load:
-        result = run_playbook(SCENARIO, LAB, "gpu_hosts", "../../playbooks/rollout.yml",
+        result = run_playbook(SCENARIO, LAB, "all" if change == "good" else "gpu_hosts", "../../playbooks/rollout.yml",
                               *(arg for value in extra for arg in ("-e", value)))
     return before, result, {name: scene_state(name) for name in HOSTS}, load
 
@@ -146,6 +148,22 @@ def test_good_change_reaches_every_host_canary_first(host: testinfra.host.Host) 
     assert server_limits()[f"{name}:realtime"] == "8"  # prefix affinity's overload limit at the gateway follows it
     deployed = {other: json.loads(state["fact"])["deployed_at"] for other, state in after.items()}
     assert all(deployed[CANARY] < deployed[other] for other in HOSTS[1:]), deployed
+
+
+def test_a_key_change_in_git_reaches_every_component(host: testinfra.host.Host) -> None:
+    """The good change also rotates every realtime scene's key and removes the gateway user `revoked`: afterwards the
+    revoked key gets 401 at the gateway, each host's ingress sends the new key (every realtime scene answers the lab
+    user through the gateway), and the scene refuses its old key."""
+    _, result, _ = rollout("good")
+    assert result.returncode == 0, result.stdout[-4000:]
+    assert call("/v1/models", key("revoked"))[0] == 401
+    answers = [chat(key("lab-user"), prompt=f"after the rotation {n}") for n in range(30)]
+    assert {status for status, _, _ in answers} == {200}, [body for status, _, body in answers if status != 200][:3]
+    served = {headers.get("x-vllm-fleet-backend") for _, headers, _ in answers}
+    assert {f"{name}:realtime" for name in HOSTS} <= served, served
+    name = host.backend.get_hostname()
+    rotated = yaml.safe_load((CHANGES / "changes" / "good.yml").read_text())["vault_lab_realtime_api_key"]
+    assert lab_host(name).check_output("grep ^VLLM_API_KEY= /etc/vllm/scenes/realtime.env").endswith(rotated)
 
 
 def test_batches_after_the_canary_start_from_its_compile_cache(host: testinfra.host.Host) -> None:
