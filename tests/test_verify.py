@@ -315,6 +315,8 @@ def test_the_load_test_reads_the_key_from_the_scene_env_file_never_from_its_comm
     assert argv[4:7] == ["/opt/vllm/current/bin/vllm", "bench", "serve"]
     assert "--base-url=http://127.0.0.1:8000" in argv and "--max-concurrency=16" in argv
     assert not any(a.startswith("--random-prefix-len") for a in argv)
+    as_user = verify.bench_command(scene, "/o", "/e", "h1", "/r", "f.json", load, ["setpriv", "--reuid=vllm", "--"])
+    assert as_user[4:8] == ["setpriv", "--reuid=vllm", "--", "/o/bin/vllm"]  # the key read as root, the bench not
     with_prefix = verify.bench_command(scene, "/o", "/e", "h1", "/r", "f.json",
                                        {**load, "prefix_len": 64, "extra": ["--goodput", "ttft:9", "tpot:2"]})
     assert "--random-prefix-len=64" in with_prefix and with_prefix[-3:] == ["--goodput", "ttft:9", "tpot:2"]

@@ -267,7 +267,8 @@ def with_scene_key(scene: dict[str, Any], config_dir: str, argv: list[str]) -> l
 
 
 def bench_command(scene: dict[str, Any], release_link: str, config_dir: str, host: str, result_dir: str,
-                  result_file: str, load: dict[str, Any]) -> list[str]:
-    """Return the argv of a `vllm bench serve` run of the host's own release against a scene (bench_args)."""
-    return with_scene_key(scene, config_dir, [f"{release_link}/bin/vllm", "bench", "serve",
+                  result_file: str, load: dict[str, Any], run_as: list[str] | None = None) -> list[str]:
+    """Return the argv of a `vllm bench serve` run of the host's own release against a scene (bench_args), run_as
+    (a command prefix: the service user) once the key is read as root."""
+    return with_scene_key(scene, config_dir, [*(run_as or []), f"{release_link}/bin/vllm", "bench", "serve",
                                               *bench_args(scene, host, result_dir, result_file, load)])
