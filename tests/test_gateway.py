@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import json
 import sys
 
@@ -66,12 +68,16 @@ def test_user_keys_reads_each_users_variable() -> None:
     assert gateway.user_keys(users, {"vault_alice": GOOD_KEY}) == {"alice": GOOD_KEY, "bob": None, "eve": None}
 
 
-def test_gateway_users_hold_digests_not_keys() -> None:
-    """The config's user entries carry the key's sha256, as HAProxy computes it, and never the key."""
-    (entry,) = gateway.gateway_users([USER], {"alice": GOOD_KEY})
-    assert entry == {"name": "alice", "digest": hashlib.sha256(GOOD_KEY.encode()).hexdigest(), "models": ["qwen"],
-                     "requests_per_minute": 60, "max_concurrent": 4}
-    assert GOOD_KEY not in json.dumps(entry)
+def test_gateway_users_hold_keyed_digests_not_keys() -> None:
+    """The config's user entries carry the key's HMAC-SHA256 under the fleet's digest key, as HAProxy's hmac
+    converter computes it, never the key nor its plain sha256; another digest key gives another digest."""
+    digest_key = base64.b64encode(b"k" * 32).decode()
+    (entry,) = gateway.gateway_users([USER], {"alice": GOOD_KEY}, digest_key)
+    assert entry == {"name": "alice", "digest": hmac.new(b"k" * 32, GOOD_KEY.encode(), hashlib.sha256).hexdigest(),
+                     "models": ["qwen"], "requests_per_minute": 60, "max_concurrent": 4}
+    assert GOOD_KEY not in json.dumps(entry) and hashlib.sha256(GOOD_KEY.encode()).hexdigest() not in json.dumps(entry)
+    other = gateway.gateway_users([USER], {"alice": GOOD_KEY}, base64.b64encode(b"j" * 32).decode())
+    assert other[0]["digest"] != entry["digest"]
 
 
 SCENES = {

@@ -383,7 +383,8 @@ gateway_up() {  # gateway_up GATEWAY_CFG INGRESS_CFG=ADDRESS=SCENE...: gateway-p
     "$GW_RUN/$1" >"$GW_RUN/up-gateway.cfg"
   .gpu-tools/haproxy/haproxy -c -f "$GW_RUN/up-gateway.cfg" >>"$STATE/haproxy-check.log" 2>&1 \
     || { echo "up-gateway: haproxy -c failed" | tee -a "$STATE/summary.txt"; unset LD_LIBRARY_PATH; return 1; }
-  .gpu-tools/haproxy/haproxy -f "$GW_RUN/up-gateway.cfg" >"$STATE/haproxy-up-gateway.log" 2>&1 &
+  VLLM_FLEET_KEY_DIGEST_KEY=$(cat "$GW_RUN/gateway-digest.key") .gpu-tools/haproxy/haproxy -f "$GW_RUN/up-gateway.cfg" \
+    >"$STATE/haproxy-up-gateway.log" 2>&1 &
   echo $! >"$STATE/haproxy-up-gateway.pid"
   unset LD_LIBRARY_PATH
   GW_NAME=$(gateway_hostname)
@@ -467,6 +468,8 @@ case ${1:-} in
     for file in haproxy.cfg tls.pem fleet-ca.pem client.pem repeated_field.lua; do
       lab_file "$3" "/etc/vllm-gateway/$file" >".gpu-gateway/gateway-$file"
     done
+    # The key of the users' key digests, which the gateway's unit reads from its secrets file.
+    lab_file "$3" /etc/vllm-gateway/secrets.env | sed -n 's/^VLLM_FLEET_KEY_DIGEST_KEY=//p' >.gpu-gateway/gateway-digest.key
     moves=(-e "s/$2/127.0.0.2/g" -e "s/$3/127.0.0.3/g")
     if [ -n "${4:-}" ]; then  # a second GPU host's ingress (tp2-versus: two scenes behind the gateway), at 127.0.0.4
       for file in haproxy.cfg server.pem fleet-ca.pem; do lab_file "$4" "/etc/vllm-ingress/$file" >".gpu-gateway/ingress2-$file"; done
@@ -498,7 +501,8 @@ print(lab_secrets(Path("inventory/lab/group_vars/gateways/vault.yml"))["vault_la
     export LD_LIBRARY_PATH=$PWD/.gpu-tools/haproxy/lib
     for part in ingress gateway; do
       .gpu-tools/haproxy/haproxy -c -f "$run_dir/$part-haproxy.cfg" >>"$STATE/haproxy-check.log" 2>&1 || { cat "$STATE/haproxy-check.log"; exit 1; }
-      SCENE_KEY_REALTIME=$scene_key .gpu-tools/haproxy/haproxy -f "$run_dir/$part-haproxy.cfg" >"$STATE/haproxy-$part.log" 2>&1 &
+      SCENE_KEY_REALTIME=$scene_key VLLM_FLEET_KEY_DIGEST_KEY=$(cat "$run_dir/gateway-digest.key") \
+        .gpu-tools/haproxy/haproxy -f "$run_dir/$part-haproxy.cfg" >"$STATE/haproxy-$part.log" 2>&1 &
       echo $! >"$STATE/haproxy-$part.pid"
     done
     unset LD_LIBRARY_PATH

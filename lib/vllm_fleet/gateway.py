@@ -3,8 +3,10 @@ gateway answers itself, and the checks on its TLS material."""
 
 from __future__ import annotations
 
+import base64
 import datetime
 import hashlib
+import hmac
 import json
 import re
 from typing import Any
@@ -24,9 +26,10 @@ BASE_MEMORY_MIB = 128
 SOURCE = re.compile(r"[0-9A-Fa-f.:]+(/[0-9]{1,3})?|[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
 
 
-def key_digest(key: str) -> str:
-    """Return the lowercase hex sha256 of a user key, as the gateway computes it from the bearer token."""
-    return hashlib.sha256(key.encode()).hexdigest()
+def key_digest(key: str, hmac_key_b64: str) -> str:
+    """Return the lowercase hex HMAC-SHA256 of a user key under the fleet's digest key (base64), as the gateway
+    computes it from the bearer token: a digest that leaks confirms no guessed key without the digest key."""
+    return hmac.new(base64.b64decode(hmac_key_b64), key.encode(), hashlib.sha256).hexdigest()
 
 
 def key_problem(key: Any) -> str | None:
@@ -45,7 +48,7 @@ def user_problems(users: list[dict[str, Any]], keys: dict[str, Any] | None, serv
     Vault, keys not checked), models and limits."""
     problems: list[str] = []
     seen_names: set[str] = set()
-    owner_of_digest: dict[str, str] = {}
+    owner_of_key: dict[str, str] = {}
     for index, user in enumerate(users):
         name = user.get("name") if isinstance(user, dict) else None
         where = f"vllm_gateway_users[{name or index}]"
@@ -65,11 +68,10 @@ def user_problems(users: list[dict[str, Any]], keys: dict[str, Any] | None, serv
                             f"Vault variable holding {KEY_MIN_LENGTH}+ characters of [A-Za-z0-9._~-] "
                             "(e.g. openssl rand -hex 24)")
         elif keys is not None:
-            digest = key_digest(keys[name])
-            if digest in owner_of_digest:
-                problems.append(f"{where}: has the same key as {owner_of_digest[digest]}; give every user a key "
-                                "of its own")
-            owner_of_digest.setdefault(digest, name)
+            key = str(keys[name])
+            if key in owner_of_key:
+                problems.append(f"{where}: has the same key as {owner_of_key[key]}; give every user a key of its own")
+            owner_of_key.setdefault(key, name)
         models = user.get("models")
         if not isinstance(models, list) or not models:
             problems.append(f"{where}: models must list the served model names the user may call")
@@ -96,9 +98,9 @@ def user_keys(users: list[dict[str, Any]], variables: Any) -> dict[str, str | No
     return keys
 
 
-def gateway_users(users: list[dict[str, Any]], keys: dict[str, str]) -> list[dict[str, Any]]:
+def gateway_users(users: list[dict[str, Any]], keys: dict[str, str], hmac_key_b64: str) -> list[dict[str, Any]]:
     """Return what the gateway's config holds per user: name, key digest, models and limits (never the key)."""
-    return [{"name": u["name"], "digest": key_digest(keys[u["name"]]), "models": sorted(set(u["models"])),
+    return [{"name": u["name"], "digest": key_digest(keys[u["name"]], hmac_key_b64), "models": sorted(set(u["models"])),
              "requests_per_minute": int(u.get("requests_per_minute", 0)),
              "max_concurrent": int(u.get("max_concurrent", 0))} for u in users]
 

@@ -5,6 +5,7 @@ rollouts under load are tests/test_rollout.py's."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import ssl
 import sys
@@ -65,6 +66,19 @@ def test_settings_hold_no_secret(host: testinfra.host.Host) -> None:
     for path in SETTINGS.glob("*.json"):
         text = path.read_text()
         assert not any(value in text for value in secrets().values()), path
+
+
+def test_the_config_holds_keyed_digests_only(host: testinfra.host.Host) -> None:
+    """The gateway's config names each user by the HMAC of its key under the fleet's digest key, which only the
+    root-only secrets file holds: neither a key nor its plain sha256 is in the config, and a key still works."""
+    config = host.file(GATEWAY_CONFIG).content_string
+    for name in ("lab-user", "limited", "batch-only"):
+        assert key(name) not in config and hashlib.sha256(key(name).encode()).hexdigest() not in config
+    assert "hmac(sha256,proc.key_digest_key)" in config
+    env = host.file("/etc/vllm-gateway/secrets.env")
+    assert (env.user, env.group, env.mode) == ("root", "haproxy", 0o640)
+    assert "VLLM_FLEET_KEY_DIGEST_KEY=" in env.content_string
+    assert call("/v1/models", key("lab-user"))[0] == 200
 
 
 def openapi_paths() -> list[tuple[str, str]]:
