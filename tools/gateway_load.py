@@ -83,7 +83,8 @@ class Load:
                          and r[0] <= unless_in_flight_during[1] and r[1] >= unless_in_flight_during[0])]
 
     def figures(self) -> dict[str, object]:
-        """Return the load's count, failures, latency p50/p99 and requests per backend."""
+        """Return the load's count, failures, latency p50/p99 and requests per backend (named where the gateway
+        sets vllm_gateway_backend_header, else all under "")."""
         latencies = sorted(end - start for start, end, _, _ in self.results) or [0.0]
         backends = sorted({r[3] for r in self.results})
         return {"requests": len(self.results), "failed": len(self.failures()),
