@@ -290,6 +290,8 @@ def test_the_runner_gets_each_steps_load_test_and_runs_on_the_hosts_release_with
     assert argv[3:] == ["/etc/vllm/realtime.env", "/opt/vllm/current/bin/python", "/var/lib/t/sweep.py", "p.json",
                         "s.json"]
     assert argv[:2] == ["sh", "-c"] and "VLLM_API_KEY" in argv[2]
+    as_user = tuning.sweep_command(scene, "/o", "/e", "/r/sweep.py", "p.json", "s.json", ["setpriv", "--reuid=vllm", "--"])
+    assert as_user[4:8] == ["setpriv", "--reuid=vllm", "--", "/o/bin/python"]  # the key read as root, the sweep not
 
 
 def test_a_candidate_sets_its_engine_arguments_over_its_scene_only() -> None:

@@ -275,9 +275,10 @@ def sweep_request(scene: dict[str, Any], host: str, result_dir: str, plan: dict[
 
 
 def sweep_command(scene: dict[str, Any], release_link: str, config_dir: str, runner: str, request: str,
-                  out: str) -> list[str]:
-    """Return the argv of the sweep runner on the host's own release's Python, with the scene's key."""
-    return with_scene_key(scene, config_dir, [f"{release_link}/bin/python", runner, request, out])
+                  out: str, run_as: list[str] | None = None) -> list[str]:
+    """Return the argv of the sweep runner on the host's own release's Python, with the scene's key, run_as (a
+    command prefix: the service user) once the key is read as root."""
+    return with_scene_key(scene, config_dir, [*(run_as or []), f"{release_link}/bin/python", runner, request, out])
 
 
 def sweep_outcome(swept: dict[str, Any] | None, rc: int, error: str, levels: list[int]) -> dict[str, Any]:
