@@ -6,9 +6,12 @@ import hashlib
 import io
 import json
 import os
+import pwd
+import shutil
 import subprocess
 import sys
 import tarfile
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -360,3 +363,29 @@ def test_links_in_the_cache_are_never_followed(compiled: dict[str, Any], tmp_pat
     (compiled["first"] / "humming").symlink_to(elsewhere.parent)
     assert "humming/cache" not in bundles.present_parts(str(compiled["first"]), cc.cache_parts("cuda"))
     assert "inductor" in bundles.present_parts(str(compiled["first"]), cc.cache_parts("cuda"))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
+def test_seed_unpacks_as_the_scenes_own_user(compiled: dict[str, Any]) -> None:
+    """Run as root for another user, the unpacking runs as that user alone: every file it made is the user's, a
+    bundle refused in that process is refused with its reason, and the root-owned staging is gone either way."""
+    nobody = pwd.getpwnam("nobody")
+    # Outside pytest's root-only directories: the user passes through to its cache; the directory stays root's.
+    base = Path(tempfile.mkdtemp(prefix="vllm-fleet-seed-"))
+    try:
+        base.chmod(0o755)
+        caches = {scene: base / scene for scene in ("realtime", "batch")}
+        for cache in caches.values():
+            cache.mkdir(mode=0o700)
+            os.chown(cache, nobody.pw_uid, nobody.pw_gid)
+        moved = bundles.seed(str(compiled["archive"]), compiled["sha256"], str(caches["realtime"]),
+                             compiled["entry"]["name"], compiled["entry"]["key"], PARTS, ZSTD, nobody.pw_uid,
+                             nobody.pw_gid)
+        assert sorted(moved) == ["inductor", "precompiled_headers", "vllm"]
+        assert {path.stat().st_uid for path in caches["realtime"].rglob("*")} == {nobody.pw_uid}
+        with pytest.raises(bundles.BundleError, match="another release, platform, model or scene configuration"):
+            bundles.seed(str(compiled["archive"]), compiled["sha256"], str(caches["batch"]), compiled["entry"]["name"],
+                         {**compiled["entry"]["key"], "scene": "batch"}, PARTS, ZSTD, nobody.pw_uid, nobody.pw_gid)
+        assert list(caches["batch"].iterdir()) == [] and not list(base.glob(".staging-*"))
+    finally:
+        shutil.rmtree(base)

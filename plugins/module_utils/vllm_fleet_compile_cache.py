@@ -16,7 +16,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 MANIFEST = "vllm-fleet-compile-cache.json"
 # The file in a scene's cache directory that names the bundle whose artefacts the cache holds.
@@ -136,10 +136,10 @@ def _safe_member(info: tarfile.TarInfo, parts: List[str]) -> str:
     return path
 
 
-def _members(archive: str, compressor: str) -> Iterator[Tuple[tarfile.TarInfo, tarfile.TarFile]]:
-    """Yield the members of a zstd tar with the open archive, reading it as one stream; raise BundleError if broken."""
+def _members(archive: IO[bytes], compressor: str) -> Iterator[Tuple[tarfile.TarInfo, tarfile.TarFile]]:
+    """Yield the members of an open zstd tar with the tar, reading it as one stream; raise BundleError if broken."""
     with tempfile.TemporaryFile() as errors:
-        zstd = subprocess.Popen(compressor.split() + ["-dc", archive], stdout=subprocess.PIPE, stderr=errors)
+        zstd = subprocess.Popen(compressor.split() + ["-dc"], stdin=archive, stdout=subprocess.PIPE, stderr=errors)
         if zstd.stdout is None:  # never with stdout=PIPE
             raise AssertionError("the decompressor has no stdout pipe")
         try:
@@ -157,7 +157,7 @@ def _members(archive: str, compressor: str) -> Iterator[Tuple[tarfile.TarInfo, t
             raise BundleError(f"the archive is damaged: {said or compressor + ' exited with ' + str(code)}")
 
 
-def extract(archive: str, staging: str, parts: List[str], key: Dict[str, Any], compressor: str,
+def extract(archive: IO[bytes], staging: str, parts: List[str], key: Dict[str, Any], compressor: str,
             uid: int, gid: int) -> None:
     """Unpack a bundle into staging, owned by uid:gid, after checking each member and that its manifest names key."""
     manifest_seen = False
@@ -227,8 +227,24 @@ def seed(archive: str, checksum: str, scene_cache: str, name: str, key: Dict[str
         raise BundleError(f"it could not be read: {error}") from None
     if actual != checksum:
         raise BundleError(f"its SHA-256 is {actual}, not the published {checksum}")
-    # mkdtemp makes it 0700; beside the cache, so each move is a rename on one file system.
+    # mkdtemp makes it 0700; beside the cache (in the scenes' root-owned directory), so each move is a rename on one
+    # file system. The scene's own user unpacks and moves: its cache is that user's, and root never writes where
+    # the scene could have planted a link.
     staging = tempfile.mkdtemp(prefix=f".staging-{os.path.basename(scene_cache)}-", dir=os.path.dirname(scene_cache))
+    try:
+        os.chown(staging, uid, gid)
+        with open(archive, "rb") as source:
+            return _as_user(uid, gid, lambda: _unpack(source, staging, scene_cache, name, parts, key, compressor,
+                                                      uid, gid))
+    except OSError as error:
+        raise BundleError(f"unpacking it failed: {error}") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _unpack(archive: IO[bytes], staging: str, scene_cache: str, name: str, parts: List[str], key: Dict[str, Any],
+            compressor: str, uid: int, gid: int) -> List[str]:
+    """Unpack a bundle into staging and move what the cache lacks into it; return what moved."""
     try:
         extract(archive, staging, parts, key, compressor, uid, gid)
         moved = merge_into(staging, scene_cache)
@@ -237,9 +253,37 @@ def seed(archive: str, checksum: str, scene_cache: str, name: str, key: Dict[str
         raise BundleError(f"the archive is damaged: {error}") from None
     except OSError as error:  # a full disk, for one
         raise BundleError(f"unpacking it failed: {error}") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return moved
+
+
+def _as_user(uid: int, gid: int, work: Callable[[], List[str]]) -> List[str]:
+    """Return work() run as uid:gid alone (no other group): in a child process unless this process is that already."""
+    if (uid, gid) == (os.geteuid(), os.getegid()):
+        return work()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to the user, work, report as JSON, and never return into the module
+        os.close(read)
+        try:
+            os.setgroups([])
+            os.setgid(gid)
+            os.setuid(uid)
+            outcome: Dict[str, Any] = {"moved": work()}
+        except BundleError as error:
+            outcome = {"refused": str(error)}
+        except Exception as error:  # whatever it is, the parent reports it as the refusal
+            outcome = {"refused": f"unpacking it failed: {error}"}
+        with os.fdopen(write, "w") as out:
+            json.dump(outcome, out)
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as got:
+        said = got.read()
+    os.waitpid(pid, 0)
+    outcome = json.loads(said) if said else {"refused": "the unpacking process ended without a word"}
+    if "refused" in outcome:
+        raise BundleError(outcome["refused"])
+    return list(outcome["moved"])
 
 
 def publish(incoming: str, store: str, name: str, key: Dict[str, Any], keep: int) -> Dict[str, Any]:
