@@ -135,6 +135,17 @@ def test_caches_persist_on_disk_owned_by_the_service(host: testinfra.host.Host) 
         assert host.run(f"find /var/lib/vllm/cache/{scene} -type f | head -1").stdout.strip()
 
 
+def test_the_load_test_ran_as_the_service_user(host: testinfra.host.Host) -> None:
+    """vllm bench serve, the release's own code, wrote its results as the service user, never as root, into a
+    directory of that user's inside the root-owned verdicts' directory."""
+    verdicts = host.file("/var/lib/vllm/verify")
+    assert (verdicts.user, verdicts.group, verdicts.mode) == ("root", "vllm", 0o710)
+    for scene in scenes_of(host):
+        result = host.file(f"/var/lib/vllm/verify/bench/{scene}.json")
+        assert result.exists and result.user == "vllm", scene
+        assert host.file(f"/var/lib/vllm/verify/{scene}.verdict.json").user == "root"
+
+
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "molecule" / "shared"))
 
