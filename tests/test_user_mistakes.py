@@ -120,7 +120,7 @@ MISTAKES: list[tuple[str, list[Any], dict[str, Any], tuple[str, ...]]] = [
     ("a memory budget as a string", [{"name": "realtime", "memory_budget_gib": "21.6"}], {},
      ("memory_budget_gib '21.6' must be a positive number",)),
     ("a scene on all interfaces", [{"name": "realtime", "host": "0.0.0.0"}], {}, ("0.0.0.0", "127.0.0.1")),
-    # Strings that would break the unit, the env file or the config they land in (issue 18's audit).
+    # Strings that would break the unit, the env file or the config they land in.
     ("a served name with a space", [{"name": "realtime", "served_model_name": "qwen 7b"}], {},
      ("served_model_name 'qwen 7b' must be 1-128 of",)),
     ("a listen address that is a host name", [{"name": "realtime", "host": "127.0.0.1.example.net"}], {},
