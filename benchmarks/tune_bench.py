@@ -3,7 +3,7 @@
 defaults (512 tokens in, 128 out, concurrency 1 to twice max_num_seqs, 4 requests per request in flight, the
 deployed settings as the one candidate), then with two candidates more (max-num-seqs 8 and 32: each started, swept
 and compared, the sweep's top kept at 32), --runs times each: the median wall time of the whole run (plan,
-preflight, snapshot, sweeps, report, restore, verification). The issue's bound for one sweep is 6 minutes. The last
+preflight, snapshot, sweeps, report, restore, verification). The bound for one sweep is 6 minutes. The last
 default run's report and picture are copied to docs/ (--picture)."""
 
 from __future__ import annotations
