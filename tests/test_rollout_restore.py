@@ -161,6 +161,8 @@ def test_a_restore_verifies_the_scenes_it_put_back_and_clears_the_mark(tmp_path:
             "vllm_fleet_verify_dir": str(verify_dir), "vllm_verify_report_dir": str(reports),
             "vllm_state_fact_path": str(fact_path), "vllm_state_snapshot_dir": str(snapshot_dir),
             "vllm_verify_health_timeout": 30, "vllm_scenes_ready_timeout": 30,
+            # The controller has no service user: the load test drops to root's own identity instead.
+            "vllm_fleet_user": "root", "vllm_fleet_group": "root", "vllm_fleet_data_dir": str(tmp_path),
             # The state module's paths, its scene units included, all under tmp_path.
             "_vllm_state_module_args": {"unit_prefix": "vllm-scene-", "config_dir": str(config_dir),
                                         "unit_dir": str(tmp_path / "units"),
