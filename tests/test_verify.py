@@ -320,3 +320,11 @@ def test_the_load_test_reads_the_key_from_the_scene_env_file_never_from_its_comm
     with_prefix = verify.bench_command(scene, "/o", "/e", "h1", "/r", "f.json",
                                        {**load, "prefix_len": 64, "extra": ["--goodput", "ttft:9", "tpot:2"]})
     assert "--random-prefix-len=64" in with_prefix and with_prefix[-3:] == ["--goodput", "ttft:9", "tpot:2"]
+
+
+def test_the_checks_use_the_key_the_scene_runs_with() -> None:
+    """The key comes from the scene's environment file as written (a restored scene's may be older than the
+    inventory's); a file without one gives none."""
+    text = "# Ansible managed\nVLLM_API_KEY=restored-key-0123456789abcdef0123456789\n"
+    assert verify.env_file_key(text) == "restored-key-0123456789abcdef0123456789"
+    assert verify.env_file_key("# Ansible managed\n") == ""

@@ -245,6 +245,14 @@ def summary_markdown(reports: list[dict[str, Any]]) -> str:
 _WITH_SCENE_KEY = 'set -a; . "$0"; OPENAI_API_KEY="${VLLM_API_KEY-}"; exec "$@"'
 
 
+def env_file_key(text: str) -> str:
+    """Return the VLLM_API_KEY a scene's environment file gives it ("" when none): the key the scene runs with."""
+    for line in text.splitlines():
+        if line.startswith("VLLM_API_KEY="):
+            return line.split("=", 1)[1].strip()
+    return ""
+
+
 def bench_args(scene: dict[str, Any], host: str, result_dir: str, result_file: str, load: dict[str, Any]) -> list[str]:
     """Return the arguments of `vllm bench serve` against a scene: random prompts of load's lengths (input_len,
     output_len, optional prefix_len shared by all) at its concurrency, saved as JSON, then load's extra ones."""

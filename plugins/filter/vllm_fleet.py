@@ -134,6 +134,7 @@ class FilterModule:
             "vllm_fleet_scene_report": _guarded(verify.scene_report),
             "vllm_fleet_verdict_record": _guarded(verify.verdict_record),
             "vllm_fleet_bench_command": verify.bench_command,
+            "vllm_fleet_env_file_key": verify.env_file_key,
             "vllm_fleet_gpu_limits": monitoring.gpu_limits,
             "vllm_fleet_scrape_targets": monitoring.scrape_targets,
             "vllm_fleet_metrics_paths": monitoring.metrics_paths,
