@@ -47,7 +47,10 @@ def test_the_defaults_pass(tmp_path: Path) -> None:
 
 
 def _renders(role: Path) -> bool:
-    """Whether a role writes its settings into files on a host (templates), or checks its inputs (a preflight)."""
+    """Whether a role writes its settings into files on a host (templates), or checks its inputs (a preflight).
+    A library role (no tasks/main.yml, as vllm_fleet) renders only from entry points that other roles include."""
+    if not (role / "tasks" / "main.yml").is_file():
+        return False
     return (role / "templates").is_dir() or (role / "tasks" / "preflight.yml").is_file()
 
 

@@ -27,7 +27,13 @@ NOT_SETTINGS = {
     "node_exporter_endpoint": "a fact node_exporter's preflight computes from its checked settings",
     "vllm_scenes_resolved": "a fact of resolved scenes: resolution refuses unsafe strings",
     "ansible_facts": "gathered from the host",
+    "vllm_fleet_local_guard_name": "an entry point's argument, one of the choices its argument spec lists",
+    "vllm_fleet_local_guard_rules": "written by the local-guard filters, which refuse anything but user names",
 }
+# A library role (no tasks/main.yml) renders its templates from entry points other roles include: the shared check
+# in every role's preflight reads its settings.
+LIBRARY_ROLES = {p.parent.parent.name for p in ROLES.glob("*/meta/argument_specs.yml")
+                 if not (p.parent.parent / "tasks" / "main.yml").is_file()}
 
 
 class _AnyName(dict[str, Any]):
@@ -80,9 +86,12 @@ def settings_read(template: Path) -> set[str]:
 
 
 def checked(role: str) -> set[str]:
-    """Return the settings the role's preflight checks for line breaks."""
-    first = yaml.safe_load((ROLES / role / "tasks" / "preflight.yml").read_text())[0]
-    roles = [role, *first["vars"].get("vllm_fleet_strings_also", []), "vllm_fleet"]
+    """Return the settings the role's preflight checks for line breaks (a library role's: those every one checks)."""
+    also = []
+    if role not in LIBRARY_ROLES:
+        first = yaml.safe_load((ROLES / role / "tasks" / "preflight.yml").read_text())[0]
+        also = first["vars"].get("vllm_fleet_strings_also", [])
+    roles = [role, *also, "vllm_fleet"]
     names = {"inventory_hostname", "ansible_host"}
     for name in roles:
         spec = yaml.safe_load((ROLES / name / "meta" / "argument_specs.yml").read_text())

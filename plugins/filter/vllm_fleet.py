@@ -17,14 +17,14 @@ from ansible.errors import AnsibleFilterError
 # plugins/plugin_utils/vllm_fleet, beside this plugin's package: a relative import finds it and sys.path stays as it is.
 if __name__.startswith("ansible_collections."):
     from ..plugin_utils.vllm_fleet import (
-        FleetError, cards, compile_cache, driver, gateway, hardware, in_sync, models, monitoring, pki, planner, rollout,
-        scenes, strings, tuning, vault, verify, wheelhouse,
+        FleetError, cards, compile_cache, driver, gateway, hardware, in_sync, local_guard, models, monitoring, pki,
+        planner, rollout, scenes, strings, tuning, vault, verify, wheelhouse,
     )
 else:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "lib"))
     from vllm_fleet import (
-        FleetError, cards, compile_cache, driver, gateway, hardware, in_sync, models, monitoring, pki, planner, rollout,
-        scenes, strings, tuning, vault, verify, wheelhouse,
+        FleetError, cards, compile_cache, driver, gateway, hardware, in_sync, local_guard, models, monitoring, pki,
+        planner, rollout, scenes, strings, tuning, vault, verify, wheelhouse,
     )
 
 
@@ -110,6 +110,8 @@ class FilterModule:
             "vllm_fleet_local_url": scenes.local_url,
             "vllm_fleet_ready_targets": scenes.ready_targets,
             "vllm_fleet_scene_users": _guarded(scenes.scene_users),
+            "vllm_fleet_scene_guard_rules": _guarded(local_guard.scene_rules),
+            "vllm_fleet_owner_guard_rules": _guarded(local_guard.owner_rules),
             "vllm_fleet_model_manifest_paths": models.manifest_paths,
             "vllm_fleet_model_controller_dirs": models.controller_dirs,
             "vllm_fleet_model_listings": models.listings,

@@ -30,6 +30,8 @@ MONITOR_TLS = "/etc/prometheus/vllm-fleet-tls"  # the monitoring host's copy of 
 ALERT_LOG = "/var/log/vllm-fleet-alerts/alerts.jsonl"
 REPORTS = REPO / "reports" / "molecule-vllm_monitoring"
 SCENE_UNIT = "vllm-scene-realtime.service"
+GUARD = "vllm-fleet-monitoring-guard.service"
+PORTS = (9090, 9093, 9095)  # Prometheus, Alertmanager, the alert log
 
 
 def prometheus(path: str, **params: str) -> Any:
@@ -207,9 +209,29 @@ def test_scrapes_leave_no_line_in_the_scenes_journal() -> None:
 def test_units_are_hardened(host: testinfra.host.Host) -> None:
     """Every unit the monitoring adds scores at most the kit's bar."""
     units = {MONITOR: ["prometheus.service", "prometheus-alertmanager.service", "vllm-fleet-alert-log.service",
-                       "vllm-fleet-host-metrics.service"], GPU_HOST: ["vllm-fleet-host-metrics.service"]}
+                       "vllm-fleet-host-metrics.service", GUARD], GPU_HOST: ["vllm-fleet-host-metrics.service"]}
     scores = {(name, unit): exposure(lab_host(name), unit) for name, listed in units.items() for unit in listed}
     assert all(score <= MAX_EXPOSURE for score in scores.values()), scores
+
+
+def local_status(user: str, port: int) -> str:
+    """Return the HTTP status a local user gets from a port of the monitoring host on loopback ("000": refused)."""
+    drop = "" if user == "root" else f"setpriv --reuid={user} --regid=nogroup --clear-groups "
+    return lab_host(MONITOR).run(f"{drop}curl -s -m 5 -o /dev/null -w %{{http_code}} "
+                                 f"http://127.0.0.1:{port}/-/healthy").stdout
+
+
+def test_no_local_user_but_root_and_prometheus_reaches_prometheus_alertmanager_or_the_alert_log() -> None:
+    """The monitoring guard resets another local user's connections (Alertmanager's API could silence every
+    alert); root and prometheus get through, and Prometheus's own traffic (to Alertmanager, Alertmanager's to the
+    alert log) is the paging test's."""
+    monitor = lab_host(MONITOR)
+    assert monitor.check_output(f"systemctl is-active {GUARD}") == "active"
+    for port in PORTS:
+        assert local_status("nobody", port) == "000", port
+        assert local_status("prometheus", port) != "000", port
+        assert local_status("root", port) != "000", port
+    assert local_status("root", 9090) == "200" and local_status("prometheus", 9093) == "200"
 
 
 def test_rules_and_config_pass_their_own_tools() -> None:
@@ -232,7 +254,9 @@ def test_bad_inputs_are_refused_before_the_host_changes() -> None:
          "vllm_monitoring_receivers[ops]: webhook_url"),
         # An address on the monitoring host's own network that no host has: nothing answers there.
         (["-e", f"vllm_gateway_metrics_advertise_address={address(MONITOR).rpartition('.')[0]}.200"],
-         f"{MONITOR} cannot reach {MONITOR} (")]
+         f"{MONITOR} cannot reach {MONITOR} ("),
+        (["-e", '{"vllm_monitoring_local_users": ["no-such-user"]}'],
+         "vllm_monitoring_local_users names no-such-user, which this host has no user of")]
     for extra, message in cases:
         result = run_playbook(REPO, LAB, f"{MONITOR},{GPU_HOST}", "playbooks/monitoring.yml", *extra)
         assert result.returncode != 0, result.stdout[-2000:]
@@ -253,11 +277,14 @@ def test_monitoring_rerun_changes_nothing() -> None:
 def test_prometheus_off_loopback_answers_only_over_tls_with_the_password() -> None:
     """Listening on every address, Prometheus answers the controller only over TLS (the fleet CA's certificate) and
     with the password: 401 without it; it still scrapes itself; the password is in no process and only in files of
-    root and group prometheus. (Last: the lab is destroyed after it.)"""
+    root and group prometheus. A user in vllm_monitoring_local_users gets through the guard. (Last: the lab is
+    destroyed after it.)"""
     result = run_playbook(REPO, LAB, f"{MONITOR},{GPU_HOST}", "playbooks/monitoring.yml",
                           "-e", "vllm_monitoring_listen_address=0.0.0.0",
-                          "-e", "vllm_monitoring_web_password_var=vault_lab_monitoring_password")
+                          "-e", "vllm_monitoring_web_password_var=vault_lab_monitoring_password",
+                          "-e", '{"vllm_monitoring_local_users": ["nobody"]}')
     assert result.returncode == 0, result.stdout[-3000:]
+    assert local_status("nobody", 9093) == "200"  # a listed local user gets through the guard
     password = lab_secrets(REPO / "inventory/lab/group_vars/monitoring/vault.yml")["vault_lab_monitoring_password"]
     assert password not in result.stdout
     url = f"https://{address(MONITOR)}:9090/api/v1/query?query=up"
