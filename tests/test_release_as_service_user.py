@@ -22,7 +22,6 @@ RELEASE_CODE = ("bin/python", "bin/vllm", "vllm_model_hf_cli", "_vllm_verify_ben
 AS_ROOT = {
     ("vllm/tasks/build.yml", "Find the release's site-packages"):
         "a fresh venv's interpreter is the system's own, and sysconfig is the standard library's",
-    ("vllm_model/tasks/fetch.yml", "Run hf download"): "hf download of the weights: docs/security.md says so",
 }
 INTERNALS = {name: value for path in ROLES.glob("*/vars/main.yml")
              for name, value in (yaml.safe_load(path.read_text()) or {}).items()}
@@ -58,7 +57,7 @@ def test_every_task_running_a_release_runs_it_as_the_service_user() -> None:
     one of the listed exceptions."""
     found = list(release_commands())
     assert set(AS_ROOT) <= {(where, name) for where, name, _ in found}, found  # no exception outlives its task
-    assert len(found) >= 5, found  # the import check, the load test, the sweep, and the two exceptions
+    assert len(found) >= 5, found  # the import check, hf, the load test, the sweep, the exception
     as_root = [(where, name) for where, name, written in found
                if not drops_to_the_service_user(written) and (where, name) not in AS_ROOT]
     assert not as_root, f"run a release's code as root: {as_root}; prefix it with {AS_USER}"

@@ -6,6 +6,7 @@ The tests run in file order: the state checks first, then the ones that run ansi
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -145,3 +146,55 @@ def test_controller_copy_that_differs_from_its_manifest_fails_in_preflight(host:
             f"expected sha256 {bad[WEIGHTS]}, actual sha256 {expected('tiny-controller')[WEIGHTS]}") in result.stdout
     assert "changed=0" in result.stdout
     assert host.check_output(f"find {MODEL_DIR} -printf '%i %s %T@ %p\\n' | sort") == before
+
+
+# A stand-in for the release's hf CLI (the lab reaches no Hub): it writes, into --local-dir, the account it ran as and
+# hf's own metadata directory; for the repo lab/planted it also plants a link to a root-only file, as a malicious
+# release's hf could.
+HF_STAND_IN = "/usr/local/lib/hf-stand-in"
+HF_SCRIPT = """#!/bin/sh
+set -eu
+repo=$2
+while [ "$1" != --local-dir ]; do shift; done
+mkdir -p "$2/.cache/huggingface"
+id -un > "$2/identity.txt"
+if [ "$repo" = lab/planted ]; then ln -s /etc/shadow "$2/planted"; fi
+"""
+
+
+def hf_model(name: str, repo: str) -> str:
+    """Extra vars for converge.yml: one more model, from Hugging Face by the stand-in hf."""
+    model = {"name": name, "source": "hf", "repo": repo, "revision": "0" * 40}
+    return json.dumps({"mmod_extra_models": [model], "vllm_model_hf_cli": HF_STAND_IN})
+
+
+@pytest.fixture()
+def hf_stand_in(host: testinfra.host.Host) -> None:
+    """Install the stand-in hf on the host."""
+    encoded = base64.b64encode(HF_SCRIPT.encode()).decode()
+    host.check_output(f"echo {encoded} | base64 -d > {HF_STAND_IN} && chmod 0755 {HF_STAND_IN}")
+
+
+@pytest.mark.usefixtures("hf_stand_in")
+def test_hf_download_runs_as_the_service_user_and_root_owns_the_result(host: testinfra.host.Host) -> None:
+    """hf is the release's code: it runs as vllm, and the installed model is root's, without hf's metadata."""
+    result = run_playbook(host, "converge.yml", "-e", hf_model("tiny-hf", "lab/tiny"))
+    try:
+        assert result.returncode == 0, result.stdout[-3000:]
+        assert host.file(f"{MODEL_DIR}/tiny-hf/identity.txt").content_string.strip() == "vllm"
+        assert host.check_output(f"stat -c '%U:%G %a' {MODEL_DIR}/tiny-hf/identity.txt") == "root:vllm 640"
+        assert not host.file(f"{MODEL_DIR}/tiny-hf/.cache").exists
+    finally:
+        host.check_output(f"rm -rf {MODEL_DIR}/tiny-hf")
+
+
+@pytest.mark.usefixtures("hf_stand_in")
+def test_a_link_hf_plants_is_refused_and_never_followed(host: testinfra.host.Host) -> None:
+    """A download holding a link to a root-only file fails naming it; the file it points at keeps its owner and mode."""
+    shadow = host.check_output("stat -c '%U:%G %a' /etc/shadow")
+    result = run_playbook(host, "converge.yml", "-e", hf_model("tiny-planted", "lab/planted"))
+    assert result.returncode == 2, result.stdout[-3000:]
+    hostname = host.backend.get_hostname()
+    assert f"{hostname}: model tiny-planted: hf download left links or special files (planted)" in result.stdout
+    assert host.check_output("stat -c '%U:%G %a' /etc/shadow") == shadow
+    assert sorted(host.check_output(f"ls -A {MODEL_DIR}").split()) == sorted(MODELS)
