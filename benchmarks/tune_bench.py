@@ -4,7 +4,7 @@ defaults (512 tokens in, 128 out, concurrency 1 to twice max_num_seqs, 4 request
 deployed settings as the one candidate), then with two candidates more (max-num-seqs 8 and 32: each started, swept
 and compared, the sweep's top kept at 32), --runs times each: the median wall time of the whole run (plan,
 preflight, snapshot, sweeps, report, restore, verification). The bound for one sweep is 6 minutes. The last
-default run's report and picture are copied to docs/ (--picture)."""
+default run's report and picture are copied to results/ (--picture)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def candidate_times(report: dict[str, Any]) -> list[str]:
 def main() -> int:
     """Bring up the lab, time the tuning runs, print the table and the last run's verdict."""
     parser = lab_arguments(__doc__, runs=3)
-    parser.add_argument("--picture", help="copy the last run's report (.md, .png, .svg) to this path stem (in docs/)")
+    parser.add_argument("--picture", help="copy the last run's report (.md, .png, .svg) to this path stem (in results/)")
     args = parser.parse_args()
     if problem := LAB.up("tune_bench.py", 1, 0, args.reuse):
         print(problem, file=sys.stderr)

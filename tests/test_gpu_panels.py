@@ -1,5 +1,5 @@
 """The dashboard's GPU panels on real collector output, scraped by a real Prometheus on loopback: the H200's own
-output (docs/gpu-proof/h200-host-metrics.prom, written by the collector on the card) and the collector's rendering of
+output (results/gpu-proof/h200-host-metrics.prom, written by the collector on the card) and the collector's rendering of
 a real RTX 4080 SUPER query with its registry temperature limit. The cpu lab has no GPU for these panels."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO / "lib"))
 
 from vllm_fleet import dashboard, host_metrics, monitoring  # noqa: E402
 
-H200_OUTPUT = REPO / "docs" / "gpu-proof" / "h200-host-metrics.prom"
+H200_OUTPUT = REPO / "results" / "gpu-proof" / "h200-host-metrics.prom"
 H200_QUERY = REPO / "tests" / "data" / "nvidia" / "metrics-h200.csv"
 RTX4080S_QUERY = REPO / "tests" / "data" / "nvidia" / "metrics-rtx4080-super.csv"
 
