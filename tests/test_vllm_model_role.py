@@ -46,7 +46,7 @@ def test_token_is_kept_out_of_logs_and_command_lines() -> None:
     token_use = re.compile(r"\{\{[^}]*\bvllm_model_hf_token_var\b")
     assert not any(token_use.search(s) for s in sources), "the token is templated into a variable"
     users = [t for t in walk(tasks) if token_use.search(yaml.safe_dump(t))]
-    assert [t["name"] for t in users] == ["Run hf download"]
+    assert [t["name"] for t in users] == ["Run hf download as the service user"]
     [task] = users
     assert task["no_log"] is True
     assert task["ansible.builtin.command"]["stdin"] == (  # type: ignore[index]
