@@ -119,13 +119,13 @@ def test_failure_reason_of_a_loop_names_the_failed_item() -> None:
 
 def test_ready_targets_probe_on_the_host() -> None:
     """Each scene is waited for on the address the host reaches it at, through its systemd unit."""
-    assert scenes.ready_targets([{"name": "batch", "host": "0.0.0.0", "port": 8001}]) == [
+    assert scenes.ready_targets([{"name": "batch", "host": "0.0.0.0", "port": 8001}], "vllm-scene-") == [
         {"name": "batch", "url": "http://127.0.0.1:8001", "unit": "vllm-scene-batch.service"}]
 
 
 def run_module(state: str, root: Path, capsys: pytest.CaptureFixture[str], **extra: Any) -> dict[str, Any]:
     """Run the vllm_fleet_deployment module on files under root (no systemd) and return its result."""
-    args = {"state": state, "config_dir": str(root / "etc"), "unit_dir": str(root / "units"),
+    args = {"state": state, "unit_prefix": "vllm-scene-", "config_dir": str(root / "etc"), "unit_dir": str(root / "units"),
             "release_link": str(root / "current"), "model_dir": str(root / "models"),
             "fact_path": str(root / "facts" / "vllm_fleet.fact"), "snapshot_dir": str(root / "snapshot"), "systemd": False,
             **extra}

@@ -355,7 +355,7 @@ def local_url(listen: str, port: int) -> str:
     return f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"
 
 
-def ready_targets(scenes: list[Scene], unit_prefix: str = "vllm-scene-") -> list[dict[str, str]]:
+def ready_targets(scenes: list[Scene], unit_prefix: str) -> list[dict[str, str]]:
     """Return what vllm_fleet_scene_ready waits for: each scene's name, base URL on the host and systemd unit."""
     return [{"name": scene["name"], "url": local_url(scene["host"], scene["port"]),
              "unit": f"{unit_prefix}{scene['name']}.service"} for scene in scenes]

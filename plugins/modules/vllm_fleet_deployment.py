@@ -43,9 +43,9 @@ options:
     type: path
     default: /etc/systemd/system
   unit_prefix:
-    description: Scene units are named C(<unit_prefix><scene>.service).
+    description: Scene units are named C(<unit_prefix><scene>.service); the kit passes its own prefix.
     type: str
-    default: vllm-scene-
+    required: true
   release_link:
     description: The link to the active release.
     type: path
@@ -81,10 +81,12 @@ EXAMPLES = r"""
 - name: Record what runs before a rollout changes it
   vllm_fleet_deployment:
     state: snapshot
+    unit_prefix: app-scene-
 
 - name: Put it back
   vllm_fleet_deployment:
     state: restore
+    unit_prefix: app-scene-
   register: restored
 """
 
@@ -301,7 +303,7 @@ def main() -> None:
             "run": {"type": "str", "default": "run"}, "mark": {"type": "bool", "default": True},
             "config_dir": {"type": "path", "default": "/etc/vllm/scenes"},
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
-            "unit_prefix": {"type": "str", "default": "vllm-scene-"},
+            "unit_prefix": {"type": "str", "required": True},
             "release_link": {"type": "path", "default": "/opt/vllm/current"},
             "model_dir": {"type": "path", "default": "/var/lib/vllm/models"},
             "fact_path": {"type": "path", "default": "/etc/ansible/facts.d/vllm_fleet.fact"},
