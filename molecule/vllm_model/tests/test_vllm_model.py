@@ -149,8 +149,8 @@ def test_controller_copy_that_differs_from_its_manifest_fails_in_preflight(host:
 
 
 # A stand-in for the release's hf CLI (the lab reaches no Hub): it writes, into --local-dir, the account it ran as and
-# hf's own metadata directory; for the repo lab/planted it also plants a link to a root-only file, as a malicious
-# release's hf could.
+# hf's own metadata directory; for the repo lab/planted it also plants a link to a root-only file, and it always leaves
+# a process behind, as a malicious release's hf could.
 HF_STAND_IN = "/usr/local/lib/hf-stand-in"
 HF_SCRIPT = """#!/bin/sh
 set -eu
@@ -159,6 +159,7 @@ while [ "$1" != --local-dir ]; do shift; done
 mkdir -p "$2/.cache/huggingface"
 id -un > "$2/identity.txt"
 if [ "$repo" = lab/planted ]; then ln -s /etc/shadow "$2/planted"; fi
+setsid sleep 3600 </dev/null >/dev/null 2>&1 &
 """
 
 
@@ -177,13 +178,16 @@ def hf_stand_in(host: testinfra.host.Host) -> None:
 
 @pytest.mark.usefixtures("hf_stand_in")
 def test_hf_download_runs_as_the_service_user_and_root_owns_the_result(host: testinfra.host.Host) -> None:
-    """hf is the release's code: it runs as vllm, and the installed model is root's, without hf's metadata."""
+    """hf is the release's code: it runs as vllm, leaves no process behind, and the installed model is root's,
+    without hf's metadata."""
     result = run_playbook(host, "converge.yml", "-e", hf_model("tiny-hf", "lab/tiny"))
     try:
         assert result.returncode == 0, result.stdout[-3000:]
         assert host.file(f"{MODEL_DIR}/tiny-hf/identity.txt").content_string.strip() == "vllm"
         assert host.check_output(f"stat -c '%U:%G %a' {MODEL_DIR}/tiny-hf/identity.txt") == "root:vllm 640"
         assert not host.file(f"{MODEL_DIR}/tiny-hf/.cache").exists
+        # The process hf left behind did not outlive it (it could have changed the files after their check).
+        assert host.run("pgrep -u vllm -f 'sleep 3600'").rc == 1
     finally:
         host.check_output(f"rm -rf {MODEL_DIR}/tiny-hf")
 
