@@ -227,6 +227,16 @@ def test_reserved_receivers_email_without_smtp_and_quoted_mountpoints_are_refuse
     assert all("secret" not in p for p in problems)
 
 
+def test_a_local_user_that_is_no_user_name_is_refused() -> None:
+    """The monitoring guard's users are checked with the guard's own rule for a user name, before any host changes."""
+    settings = {"retention_time": "15d", "retention_size": "10GB", "scrape_interval": "15s",
+                "evaluation_interval": "15s", "route": {}, "receivers": [], "smtp": {}, "mountpoints": "/"}
+    assert monitoring.input_problems({**settings, "local_users": ["ops", "backup_1"]}) == []
+    problems = monitoring.input_problems({**settings, "local_users": ["ops", "ops.admin", "x\nreject"]})
+    assert problems == ["vllm_monitoring_local_users: ['ops.admin', 'x\\nreject'] are not user names; list the "
+                        "host's users by name (lower-case letters, digits, _ and -, 32 at most)"]
+
+
 def test_alertmanager_config_passes_amtool(tmp_path: Path) -> None:
     """Every receiver gets every alert (each route continues), resolved notices on; amtool accepts the config."""
     config = monitoring.alertmanager_config(

@@ -9,6 +9,7 @@ import urllib.parse
 from typing import Any
 
 from . import FleetError, cards
+from .local_guard import USER_NAME
 
 MIB = 1024 * 1024
 # Prometheus 2.42's duration (model.ParseDuration) and retention size (units.ParseBase2Bytes as its flag takes them).
@@ -309,7 +310,8 @@ def prometheus_config(settings: dict[str, Any]) -> dict[str, Any]:
 
 
 def input_problems(settings: dict[str, Any]) -> list[str]:
-    """Return what is wrong with the monitoring role's inputs (durations, sizes, receivers), each with the fix."""
+    """Return what is wrong with the monitoring role's inputs (durations, sizes, receivers, local users), each with
+    the fix."""
     problems = []
     for name in ("retention_time", "scrape_interval", "evaluation_interval"):
         value = settings.get(name)
@@ -337,6 +339,10 @@ def input_problems(settings: dict[str, Any]) -> list[str]:
     if not isinstance(mountpoints, str) or not mountpoints or any(c in mountpoints for c in '"\\'):
         problems.append(f"vllm_monitoring_disk_mountpoints: {mountpoints!r} must be a regex without quotes or "
                         'backslashes, e.g. "/|/var/lib/vllm.*"')
+    wrong_users = [user for user in settings.get("local_users") or [] if not USER_NAME.match(str(user))]
+    if wrong_users:
+        problems.append(f"vllm_monitoring_local_users: {wrong_users} are not user names; list the host's users by "
+                        "name (lower-case letters, digits, _ and -, 32 at most)")
     return problems + receiver_problems(receivers)
 
 
