@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -24,6 +25,12 @@ def load_as(name: str, path: Path) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def tracked(*pathspecs: str) -> list[str]:
+    """Return the repository's tracked files that match git pathspecs (all of them with none), relative to it."""
+    return subprocess.run(["git", "ls-files", *pathspecs], cwd=REPO, text=True, capture_output=True,
+                          check=True).stdout.split()
 
 
 def filter_plugin() -> ModuleType:

@@ -3,20 +3,12 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
-from conftest import REPO
+from conftest import REPO, tracked
 
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 MACHINE_PATH = re.compile(r"/work/|/root/|/home/|/tmp/")
-
-
-def tracked(*patterns: str) -> list[Path]:
-    """Return the tracked files matching git pathspecs."""
-    names = subprocess.run(["git", "ls-files", *patterns], cwd=REPO, text=True, capture_output=True,
-                           check=True).stdout.split()
-    return [REPO / name for name in names]
 
 
 def broken_links(doc: Path) -> list[str]:
@@ -28,12 +20,12 @@ def broken_links(doc: Path) -> list[str]:
 
 def test_every_relative_link_of_every_markdown_file_exists() -> None:
     """No doc, README or report links a file that is not there."""
-    found = {str(doc.relative_to(REPO)): links for doc in tracked("*.md") if (links := broken_links(doc))}
+    found = {name: links for name in tracked("*.md") if (links := broken_links(REPO / name))}
     assert not found, found
 
 
 def test_the_results_name_no_machines_paths() -> None:
     """Evidence files write the checkout as <repo>, a home as <home>, a scratch directory as <tmp>."""
-    found = [str(path.relative_to(REPO)) for path in tracked("results")
-             if path.suffix != ".png" and MACHINE_PATH.search(path.read_text(errors="replace"))]
+    found = [name for name in tracked("results")
+             if not name.endswith(".png") and MACHINE_PATH.search((REPO / name).read_text(errors="replace"))]
     assert not found, found

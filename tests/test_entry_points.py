@@ -3,13 +3,12 @@ it takes, typed. A role included by its preflight in a loop (`name: "{{ item }}"
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import yaml
 
-from conftest import REPO
+from conftest import REPO, tracked
 
 INCLUDES = ("ansible.builtin.include_role", "ansible.builtin.import_role")
 
@@ -36,8 +35,7 @@ def includes(node: Any) -> Iterator[tuple[str, str]]:
 
 def entry_points() -> set[tuple[str, str]]:
     """Return every (role, entry point) the repository's YAML includes by a role's own name."""
-    files = subprocess.run(["git", "ls-files", "roles/*.yml", "playbooks/*.yml", "molecule/*.yml", "site.yml"],
-                           cwd=REPO, text=True, capture_output=True, check=True).stdout.split()
+    files = tracked("roles/*.yml", "playbooks/*.yml", "molecule/*.yml", "site.yml")
     found = {pair for name in files for pair in includes(yaml.load((REPO / name).read_text(), _Loader))}
     return {(role, entry) for role, entry in found if "{{" not in role}
 

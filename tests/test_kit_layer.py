@@ -5,14 +5,12 @@ roles/vllm_fleet (its argument specs), or is a fact the kit publishes; a playboo
 from __future__ import annotations
 
 import ast
-import importlib.util
 import re
-import subprocess
 from typing import Any
 
 import yaml
 
-from conftest import REPO
+from conftest import REPO, filter_plugin, tracked
 
 NAME = re.compile(r"\bvllm_fleet_[a-z0-9_]+\b")
 FALLBACK = re.compile(r"\b(vllm_fleet_[a-z0-9_]+) \| default\(([^()]*(?:\([^()]*\))?[^()]*)\)")
@@ -29,9 +27,7 @@ NOT_VARIABLES = {"vllm_fleet_cpu", "vllm_fleet_cpu_version", "vllm_fleet_cpu_ker
 
 def kit_files() -> list[str]:
     """Return the tracked YAML and Jinja files of the roles, playbooks and kit-level templates."""
-    names = subprocess.run(["git", "ls-files", "roles", "playbooks", "site.yml", "templates"], cwd=REPO, text=True,
-                           capture_output=True, check=True).stdout.split()
-    return [name for name in names if name.endswith((".yml", ".j2"))]
+    return [name for name in tracked("roles", "playbooks", "site.yml", "templates") if name.endswith((".yml", ".j2"))]
 
 
 def declared() -> dict[str, Any]:
@@ -42,11 +38,7 @@ def declared() -> dict[str, Any]:
 
 def plugin_names() -> set[str]:
     """Return the kit's filter and module names (they share the prefix)."""
-    spec = importlib.util.spec_from_file_location("kit_filters", REPO / "plugins/filter/vllm_fleet.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return set(module.FilterModule().filters()) | {p.stem for p in (REPO / "plugins/modules").glob("*.py")}
+    return set(filter_plugin().FilterModule().filters()) | {p.stem for p in (REPO / "plugins/modules").glob("*.py")}
 
 
 def jinja_literal(text: str) -> Any:

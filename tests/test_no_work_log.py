@@ -4,9 +4,8 @@ is git's; docs say how things work and what holds now."""
 from __future__ import annotations
 
 import re
-import subprocess
 
-from conftest import REPO
+from conftest import REPO, tracked
 
 # "Session 14: ...", "in this session", "issue 17", "issue #17", "issues 41-47".
 WORK_LOG = re.compile(r"\bsessions? \d+(?![.\d])|\b(?:this|next|last|previous) session\b|\bissues? #?\d+", re.I)
@@ -15,8 +14,7 @@ TEXT = (".md", ".py", ".yml", ".yaml", ".j2", ".sh", ".cfg", ".toml", ".txt", ".
 
 def tracked_text() -> list[str]:
     """Return the repository's tracked text files, the tests' captured data left out."""
-    files = subprocess.run(["git", "ls-files"], cwd=REPO, text=True, capture_output=True, check=True).stdout.split()
-    return [f for f in files if f.endswith(TEXT) and not f.startswith("tests/data/")]
+    return [f for f in tracked() if f.endswith(TEXT) and not f.startswith("tests/data/")]
 
 
 def work_log_lines(text: str) -> list[str]:
