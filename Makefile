@@ -35,7 +35,14 @@ $(BIN)/ansible-playbook: requirements.txt
 	$(BIN)/pip install --quiet -r requirements.txt
 	touch $@
 
-setup: $(BIN)/ansible-playbook  ## host packages (apt) and the controller venv
+# The venv's Python imports the kit's shared code as Ansible does, by its collection name
+# (ansible_collections.vllm.fleet.plugins.plugin_utils): the checkout is the collection vllm.fleet through the link in
+# .ansible/collections, which this puts on the venv's path.
+$(VENV)/.collection-on-path: $(BIN)/ansible-playbook
+	echo "$(abspath .ansible/collections)" > "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/vllm_fleet_collection.pth"
+	touch $@
+
+setup: $(BIN)/ansible-playbook $(VENV)/.collection-on-path  ## host packages (apt) and the controller venv
 
 lab-up: setup  ## start LAB_HOSTS lab hosts and LAB_GATEWAYS gateways (roots are built once and cached)
 	rm -rf .cache/ansible-facts

@@ -1,4 +1,4 @@
-"""Make the repo's Python tools importable in tests, and load the Ansible filter plugin as Ansible does."""
+"""Make the repo's Python tools importable in tests, and load the kit's filter plugins as Ansible does."""
 
 import importlib.util
 import json
@@ -14,7 +14,6 @@ from ansible.module_utils.testing import patch_module_args
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
-FILTER_PLUGIN = REPO / "plugins" / "filter" / "vllm_fleet.py"
 
 
 def load_as(name: str, path: Path) -> ModuleType:
@@ -33,9 +32,13 @@ def tracked(*pathspecs: str) -> list[str]:
                           check=True).stdout.split()
 
 
-def filter_plugin() -> ModuleType:
-    """Import the filter plugin as a file, not as a package, the way Ansible loads it."""
-    return load_as("vllm_fleet_filters", FILTER_PLUGIN)
+def fleet_filters() -> dict[str, Any]:
+    """Return every filter of the collection by its full name (vllm.fleet.<name>), from the plugins Ansible loads."""
+    found: dict[str, Any] = {}
+    for path in sorted((REPO / "plugins" / "filter").glob("*.py")):
+        plugin = importlib.import_module(f"ansible_collections.vllm.fleet.plugins.filter.{path.stem}")
+        found.update({f"vllm.fleet.{name}": function for name, function in plugin.FilterModule().filters().items()})
+    return found
 
 
 def run_module_main(module: ModuleType, args: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:

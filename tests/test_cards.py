@@ -1,18 +1,16 @@
-"""The hardware registry (lib/vllm_fleet/cards.py): well-formed profiles, detection, gates, and card facts in one place."""
+"""The hardware registry (plugins/plugin_utils/cards.py): well-formed profiles, detection, gates, and card facts in
+one place."""
 
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO, load_as
 
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import cards, verify  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import cards, verify
 
 CONSUMER_CARDS = {"rtx3090", "rtx3090ti", "rtx4090", "rtx4080", "rtx4080super", "rtx4070tisuper", "rtx5090",
                   "rtxa6000", "rtx6000ada"}
@@ -93,8 +91,8 @@ def test_presets_and_driver_floors() -> None:
 
 # Where a card fact must not be written: the kit's code, roles, playbooks and templates (docs, tests and inventories
 # hold examples and data). The module's DOCUMENTATION and RETURN samples are documentation too.
-CODE_DIRS = ("lib", "plugins", "roles", "playbooks", "templates", "tools", "benchmarks")
-REGISTRY = REPO / "lib" / "vllm_fleet" / "cards.py"
+CODE_DIRS = ("plugins", "roles", "playbooks", "templates", "tools", "benchmarks")
+REGISTRY = REPO / "plugins" / "plugin_utils" / "cards.py"
 DOC_BLOCK = re.compile(r'^(DOCUMENTATION|EXAMPLES|RETURN) = r?""".*?^"""', re.S | re.M)
 
 
@@ -131,7 +129,7 @@ def test_card_facts_live_in_the_registry_only() -> None:
             hits = [m.group(0) for fact in facts for m in [fact.search(line)] if m]
             if hits:
                 offenders.append(f"{path.relative_to(REPO)}:{number}: {hits} in {line.strip()[:100]!r}")
-    assert not offenders, "card facts outside lib/vllm_fleet/cards.py:\n" + "\n".join(offenders)
+    assert not offenders, "card facts outside plugins/plugin_utils/cards.py:\n" + "\n".join(offenders)
 
 
 def test_the_one_place_test_sees_a_restated_fact(tmp_path: Path) -> None:

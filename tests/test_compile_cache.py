@@ -9,7 +9,6 @@ import os
 import pwd
 import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
 from collections.abc import Iterator
@@ -20,13 +19,11 @@ import pytest
 
 from conftest import REPO, load_as, run_module_main
 
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import compile_cache as cc  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import compile_cache as cc
 
 bundles = load_as("ansible.module_utils.vllm_fleet_compile_cache",
                   REPO / "plugins" / "module_utils" / "vllm_fleet_compile_cache.py")
-module = load_as("ansible.modules.vllm_fleet_compile_cache", REPO / "plugins" / "modules" / "vllm_fleet_compile_cache.py")
+module = load_as("ansible.modules.vllm_fleet_compile_cache", REPO / "plugins" / "modules" / "compile_cache.py")
 
 PARTS = cc.cache_parts("cpu")
 EXACT_NS = 1_733_000_000_123_456_789  # a time a float of seconds cannot hold

@@ -1,4 +1,4 @@
-"""The Grafana dashboard (lib/vllm_fleet/dashboard.py): the committed JSON, its layout, its variables, its PromQL."""
+"""The Grafana dashboard (plugins/plugin_utils/dashboard.py): the committed JSON, its layout, its variables, its PromQL."""
 
 from __future__ import annotations
 
@@ -6,19 +6,15 @@ import itertools
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from conftest import REPO
-
-sys.path.insert(0, str(REPO / "lib"))
-
 import dashboard as tool  # noqa: E402  (tools/dashboard.py, through conftest's sys.path)
-from vllm_fleet import dashboard  # noqa: E402
+
+from ansible_collections.vllm.fleet.plugins.plugin_utils import dashboard
 
 PROMTOOL = "/usr/bin/promtool"  # Prometheus 2.42 (Debian's prometheus package) on every CI machine
 GRAFANA_VARIABLES = {"__rate_interval", "__interval", "__range"}  # Grafana's own, defined by no dashboard

@@ -1,18 +1,13 @@
-"""The NVIDIA driver's package routing (lib/vllm_fleet/driver.py): every route on Debian and Ubuntu, as the
+"""The NVIDIA driver's package routing (plugins/plugin_utils/driver.py): every route on Debian and Ubuntu, as the
 nvidia_driver role installs it."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import pytest
 
-from conftest import REPO
-
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import driver  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import driver
 
 NOBLE = {"distro": "Ubuntu", "codename": "noble", "distribution_version": "24.04", "branch": 580, "source": "auto",
          "open": True, "server": True, "kernel": "6.8.0-51-generic", "installed": [], "packages": [],

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import Any
 
 import pytest
@@ -12,9 +11,7 @@ import yaml
 
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import engine_args  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import engine_args
 
 WHERE = "gpu-a: vllm_scenes_list[name=realtime]"
 

@@ -6,16 +6,12 @@ import base64
 import hashlib
 import hmac
 import json
-import sys
 
 import pytest
 
-from conftest import REPO
+from lab_certificates import self_signed_pair
 
-sys.path.insert(0, str(REPO / "lib"))
-
-from lab_certificates import self_signed_pair  # noqa: E402
-from vllm_fleet import gateway  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import gateway
 
 GOOD_KEY = "k" * 40
 USER = {"name": "alice", "key_var": "vault_alice", "models": ["qwen"], "requests_per_minute": 60, "max_concurrent": 4}

@@ -15,7 +15,7 @@ from conftest import REPO, load_as
 
 haproxy = load_as("ansible.module_utils.vllm_fleet_haproxy", REPO / "plugins" / "module_utils" / "vllm_fleet_haproxy.py")
 backends_module = load_as("ansible.modules.vllm_fleet_gateway_backends",
-                          REPO / "plugins" / "modules" / "vllm_fleet_gateway_backends.py")
+                          REPO / "plugins" / "modules" / "gateway_backends.py")
 DATA = REPO / "tests" / "data" / "haproxy"
 # Captured from HAProxy 2.6.12 (Debian 12) with servers gpu1:realtime, gpu2:realtime (down) and gpu1:batch, before
 # and after `set server model_0/gpu1:realtime state drain`.

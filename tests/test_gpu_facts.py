@@ -8,23 +8,20 @@ from pathlib import Path
 from typing import Any
 
 import json
-import sys
 
 import pytest
 import yaml
 
 from conftest import REPO, load_as, run_module_main
 
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import cards  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import cards
 
 DATA = REPO / "tests" / "data" / "nvidia"
 NOWHERE = "/nonexistent/vllm-fleet-test"
 
 
 gpu = load_as("ansible.module_utils.vllm_fleet_gpu", REPO / "plugins" / "module_utils" / "vllm_fleet_gpu.py")
-facts_module = load_as("ansible.modules.vllm_fleet_gpu_facts", REPO / "plugins" / "modules" / "vllm_fleet_gpu_facts.py")
+facts_module = load_as("ansible.modules.vllm_fleet_gpu_facts", REPO / "plugins" / "modules" / "gpu_facts.py")
 # What the roles pass the module: the hardware registry's names, PCI ids and compute capabilities.
 MATCHERS = cards.matchers()
 
@@ -346,12 +343,12 @@ def test_module_fails_clearly_on_an_unreadable_driver_file(tmp_path: Path, capsy
 
 
 def test_ansible_finds_and_runs_the_module_with_the_repo_config(tmp_path: Path) -> None:
-    """`ansible -m vllm_fleet_gpu_facts` with the repo's ansible.cfg resolves the module and its module_utils."""
+    """`ansible -m vllm.fleet.gpu_facts` with the repo's ansible.cfg resolves the module and its module_utils."""
     smi = fake_nvidia_smi(tmp_path, data("smi-2x-rtx4090.csv"))
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.memory",
            "ANSIBLE_LOCAL_TEMP": str(tmp_path / "ansible-tmp")}
     args = {"nvidia_smi_path": str(smi), "proc_dir": f"{tmp_path}/absent", "lspci_path": NOWHERE, "profiles": MATCHERS}
-    run = subprocess.run([str(REPO / ".venv/bin/ansible"), "localhost", "-c", "local", "-m", "vllm_fleet_gpu_facts",
+    run = subprocess.run([str(REPO / ".venv/bin/ansible"), "localhost", "-c", "local", "-m", "vllm.fleet.gpu_facts",
                           "-a", json.dumps(args)],
                          cwd=REPO, env=env, text=True, capture_output=True, timeout=120, check=False)
     assert run.returncode == 0, run.stdout + run.stderr

@@ -9,7 +9,6 @@ import http.server
 import json
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.parse
@@ -17,11 +16,11 @@ import urllib.request
 from collections.abc import Iterator
 
 import pytest
-from conftest import REPO
+from conftest import REPO, load_as
 
-sys.path.insert(0, str(REPO / "lib"))
+from ansible_collections.vllm.fleet.plugins.plugin_utils import dashboard, monitoring
 
-from vllm_fleet import dashboard, host_metrics, monitoring  # noqa: E402
+host_metrics = load_as("host_metrics", REPO / "roles/vllm_host_metrics/files/host_metrics.py")
 
 H200_OUTPUT = REPO / "results" / "gpu-proof" / "h200-host-metrics.prom"
 H200_QUERY = REPO / "tests" / "data" / "nvidia" / "metrics-h200.csv"

@@ -1,15 +1,10 @@
 """Hardware-aware preflight rules: each one with a failing and a passing case, messages naming host, variable and fix."""
 
-import sys
 from typing import Any, Optional
 
 import pytest
 
-from conftest import REPO
-
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import hardware, planner  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import hardware, planner
 
 HOST = "gpu-a"
 MODELS = [{"name": "qwen", "repo": "Qwen/Qwen2.5-7B-Instruct-AWQ"}, {"name": "bf16", "repo": "Qwen/Qwen2.5-7B-Instruct"},

@@ -1,4 +1,4 @@
-"""lib/vllm_fleet/host_metrics.py: the textfile collector each fleet host runs for node_exporter.
+"""roles/vllm_host_metrics/files/host_metrics.py: the textfile collector each fleet host runs for node_exporter.
 
 Parsing is tested on real nvidia-smi outputs (tests/data/nvidia/README.md says where each comes from), the state
 files on documents made by the kit's own writers, and main() end to end with a fake nvidia-smi, real state files, a
@@ -27,11 +27,9 @@ import pytest
 
 from conftest import REPO, load_as
 
-sys.path.insert(0, str(REPO / "lib"))
+from ansible_collections.vllm.fleet.plugins.plugin_utils import verify
 
-from vllm_fleet import verify  # noqa: E402
-
-SCRIPT = REPO / "lib" / "vllm_fleet" / "host_metrics.py"
+SCRIPT = REPO / "roles" / "vllm_host_metrics" / "files" / "host_metrics.py"
 # Loaded from its file under its own name, as the host's python3 runs it: an import of the package would fail here.
 hm: ModuleType = load_as("host_metrics_under_test", SCRIPT)
 drift_check: ModuleType = load_as("vllm_drift_check_for_host_metrics", REPO / "roles" / "vllm_drift" / "files" /

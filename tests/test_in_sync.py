@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -12,12 +11,10 @@ import pytest
 
 from conftest import REPO, load_as, run_module_main
 
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import in_sync  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import in_sync
 
 logic = load_as("ansible.module_utils.vllm_fleet_in_sync", REPO / "plugins" / "module_utils" / "vllm_fleet_in_sync.py")
-in_sync_module = load_as("ansible.modules.vllm_fleet_in_sync", REPO / "plugins" / "modules" / "vllm_fleet_in_sync.py")
+in_sync_module = load_as("ansible.modules.vllm_fleet_in_sync", REPO / "plugins" / "modules" / "in_sync.py")
 
 HOST_VARS = {"vllm_scenes_list": [{"name": "realtime"}], "group_names": ["gpu_hosts"], "inventory_hostname": "lab1",
              "ansible_host": "10.0.0.1", "ansible_facts": {"vllm_fleet_gpus": {"count": 1}},
@@ -161,7 +158,7 @@ def test_difference_names_the_first_change(record: dict | None, inputs: str, cur
 
 
 def module_on(root: Path, capsys: pytest.CaptureFixture[str]) -> Callable[..., dict[str, Any]]:
-    """Return a runner of the vllm_fleet_in_sync module on a tree under root (no units): run(state, inputs)."""
+    """Return a runner of the vllm.fleet.in_sync module on a tree under root (no units): run(state, inputs)."""
     def run(state: str, inputs: str = "digest") -> dict[str, Any]:
         args = {"state": state, "path": str(root / "state" / "in-sync.json"), "inputs": inputs,
                 "trees": [str(root / "etc")], "paths": [str(root / "current"), str(root / "cache" / "*")]}

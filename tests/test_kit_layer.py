@@ -10,13 +10,13 @@ from typing import Any
 
 import yaml
 
-from conftest import REPO, filter_plugin, tracked
+from conftest import REPO, tracked
 
 NAME = re.compile(r"\bvllm_fleet_[a-z0-9_]+\b")
 FALLBACK = re.compile(r"\b(vllm_fleet_[a-z0-9_]+) \| default\(([^()]*(?:\([^()]*\))?[^()]*)\)")
 # Facts the kit publishes (vllm_fleet's README lists them), not settings with a default.
 PUBLISHED = {
-    "vllm_fleet_gpus": "the vllm_fleet_gpu_facts module; an inventory may give it instead",
+    "vllm_fleet_gpus": "the vllm.fleet.gpu_facts module; an inventory may give it instead",
     "vllm_fleet_plans": "playbooks/plan.yml",
     "vllm_fleet_preflight_passed": "playbooks/preflight.yml",
 }
@@ -36,11 +36,6 @@ def declared() -> dict[str, Any]:
     return {name: option for spec in specs.values() for name, option in (spec.get("options") or {}).items()}
 
 
-def plugin_names() -> set[str]:
-    """Return the kit's filter and module names (they share the prefix)."""
-    return set(filter_plugin().FilterModule().filters()) | {p.stem for p in (REPO / "plugins/modules").glob("*.py")}
-
-
 def jinja_literal(text: str) -> Any:
     """Return the value of a Jinja literal (true, none, lists, strings)."""
     python = re.sub(r"\btrue\b", "True", re.sub(r"\bfalse\b", "False", re.sub(r"\bnone\b", "None", text)))
@@ -49,7 +44,7 @@ def jinja_literal(text: str) -> Any:
 
 def test_every_kit_variable_read_is_declared_or_published() -> None:
     """No role or playbook reads a vllm_fleet_* variable that roles/vllm_fleet does not declare or publish."""
-    known = set(declared()) | plugin_names() | set(PUBLISHED) | NOT_VARIABLES
+    known = set(declared()) | set(PUBLISHED) | NOT_VARIABLES
     found = {name: path for path in kit_files() for name in NAME.findall((REPO / path).read_text())
              if name not in known}
     assert not found, found

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "lib"))
+from ansible_collections.vllm.fleet.plugins.plugin_utils import local_guard
 
-from vllm_fleet import FleetError, local_guard  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils.errors import FleetError
 
 TEMPLATE = REPO / "roles/vllm_fleet/templates/local-guard.nft.j2"
 

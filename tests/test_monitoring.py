@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +12,7 @@ import pytest
 import yaml
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import cards, monitoring, verify  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import cards, monitoring, verify
 
 PROMTOOL, AMTOOL = "/usr/bin/promtool", "/usr/bin/amtool"
 SCENE = {"job": "vllm", "host": "h1", "scene": "realtime"}

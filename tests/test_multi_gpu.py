@@ -3,16 +3,13 @@ P2P from nvidia-smi's matrix or the registry, NCCL settings, slow links), on GPU
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Optional
 
 import pytest
 
 from conftest import REPO, load_as
 
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import cards, hardware, planner, scenes  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import cards, hardware, planner, scenes
 
 gpu_utils = load_as("ansible.module_utils.vllm_fleet_gpu", REPO / "plugins" / "module_utils" / "vllm_fleet_gpu.py")
 DATA = REPO / "tests" / "data" / "nvidia"

@@ -5,16 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO
-
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import pki  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import pki
 
 
 def test_client_certificate_names_and_files() -> None:

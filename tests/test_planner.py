@@ -3,16 +3,11 @@
 import base64
 import json
 import math
-import sys
 from typing import Any
 
 import pytest
 
-from conftest import REPO
-
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import planner  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import planner
 
 GiB, MiB = planner.GiB, planner.MiB
 QWEN_AWQ = "Qwen/Qwen2.5-7B-Instruct-AWQ"

@@ -19,9 +19,7 @@ import pytest
 
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import verify  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import verify
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the verification role writes its records as root")
 

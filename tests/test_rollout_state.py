@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +12,12 @@ import yaml
 
 from conftest import REPO, load_as, run_module_main
 
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import rollout, scenes  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import rollout, scenes
 
 deployment = load_as("ansible.module_utils.vllm_fleet_deployment",
                      REPO / "plugins" / "module_utils" / "vllm_fleet_deployment.py")
 deployment_module = load_as("ansible.modules.vllm_fleet_deployment",
-                            REPO / "plugins" / "modules" / "vllm_fleet_deployment.py")
+                            REPO / "plugins" / "modules" / "deployment.py")
 Layout, plan_restore = deployment.Layout, deployment.plan_restore
 
 SCENE_OF = {"/c/realtime.yaml": "realtime", "/c/realtime.env": "realtime", "/u/vllm-scene-realtime.service": "realtime",
@@ -124,7 +121,7 @@ def test_ready_targets_probe_on_the_host() -> None:
 
 
 def run_module(state: str, root: Path, capsys: pytest.CaptureFixture[str], **extra: Any) -> dict[str, Any]:
-    """Run the vllm_fleet_deployment module on files under root (no systemd) and return its result."""
+    """Run the vllm.fleet.deployment module on files under root (no systemd) and return its result."""
     args = {"state": state, "unit_prefix": "vllm-scene-", "config_dir": str(root / "etc"), "unit_dir": str(root / "units"),
             "release_link": str(root / "current"), "model_dir": str(root / "models"),
             "fact_path": str(root / "facts" / "vllm_fleet.fact"), "snapshot_dir": str(root / "snapshot"), "systemd": False,

@@ -1,4 +1,4 @@
-"""The host's run lock (roles/vllm_state tasks_from lock/unlock, module vllm_fleet_run_lock): two runs never change one
+"""The host's run lock (roles/vllm_state tasks_from lock/unlock, module vllm.fleet.run_lock): two runs never change one
 host at once; a run that ended, an expired lock or an explicit break frees it."""
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""tools/sanity.py: which files the assembled collection holds and where, its metadata, and how ansible-test is run."""
+"""tools/sanity.py: the collection built from the repository and installed, its metadata, and how ansible-test runs."""
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 import ansible_test
@@ -14,72 +15,31 @@ import yaml
 REPO = sanity.REPO
 
 
-def make_repo(root: Path) -> Path:
-    """Write a small kit: plugins of each type, lib/vllm_fleet with a subpackage, a role, and files left out."""
-    files = ["plugins/modules/m.py", "plugins/module_utils/u.py", "plugins/filter/f.py", "plugins/callback/c.py",
-             "plugins/modules/__pycache__/m.cpython-311.pyc", "lib/vllm_fleet/__init__.py",
-             "lib/vllm_fleet/arg_tables/t.py", "lib/vllm_fleet/__pycache__/x.cpython-311.pyc", "lib/other/o.py",
-             "roles/r/tasks/main.yml", "roles/r/files/tool.py", "roles/r/files/__pycache__/tool.cpython-311.pyc",
-             "tests/test_x.py", "tools/t.py", "docs/d.md", "site.yml"]
-    for name in files:
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(name)
-    return root
-
-
-def test_plugins_lib_and_roles_go_where_a_collection_keeps_them(tmp_path: Path) -> None:
-    """Plugins keep their directory, lib/vllm_fleet becomes plugins/plugin_utils/vllm_fleet, roles stay roles; no
-    bytecode, and nothing else of the repo (tests, tools, docs, playbooks) goes in."""
-    files = sanity.collection_files(make_repo(tmp_path))
-    assert {name: source.relative_to(tmp_path).as_posix() for name, source in files.items()} == {
-        "plugins/modules/m.py": "plugins/modules/m.py",
-        "plugins/module_utils/u.py": "plugins/module_utils/u.py",
-        "plugins/filter/f.py": "plugins/filter/f.py",
-        "plugins/callback/c.py": "plugins/callback/c.py",
-        "plugins/plugin_utils/vllm_fleet/__init__.py": "lib/vllm_fleet/__init__.py",
-        "plugins/plugin_utils/vllm_fleet/arg_tables/t.py": "lib/vllm_fleet/arg_tables/t.py",
-        "roles/r/tasks/main.yml": "roles/r/tasks/main.yml",
-        "roles/r/files/tool.py": "roles/r/files/tool.py",
-    }
-
-
-def test_the_kit_assembles_with_every_plugin_and_no_sanity_ignores() -> None:
-    """The real kit: every module and the filter are in, and the collection has no tests/ (so no ignore file)."""
-    files = sanity.collection_files(REPO)
-    modules = {f"plugins/modules/{path.name}" for path in (REPO / "plugins" / "modules").glob("*.py")}
-    assert modules and modules <= files.keys()
-    assert "plugins/filter/vllm_fleet.py" in files and "plugins/plugin_utils/vllm_fleet/__init__.py" in files
-    assert not [name for name in files if name.startswith("tests/") or "ignore-" in name]
-
-
-def test_the_filter_imports_lib_from_where_the_collection_puts_it() -> None:
-    """plugins/filter/vllm_fleet.py's relative import in a collection names the package where lib/vllm_fleet goes."""
-    package = sanity.LIB_IN_COLLECTION.removeprefix("plugins/").replace("/", ".")
-    assert f"from ..{package} import" in (REPO / "plugins" / "filter" / "vllm_fleet.py").read_text()
-
-
-def test_metadata_names_the_collection_and_its_ansible_core() -> None:
+def test_galaxy_names_the_collection_and_its_ansible_core() -> None:
     """galaxy.yml names vllm.fleet at a version no module's version_added is newer than; runtime.yml the core."""
-    files = sanity.metadata_files()
-    galaxy = yaml.safe_load(files["galaxy.yml"])
+    galaxy = yaml.safe_load((REPO / "galaxy.yml").read_text())
     assert (galaxy["namespace"], galaxy["name"]) == ("vllm", "fleet")
     added = [re.search(r'^version_added: "([0-9.]+)"', path.read_text(), re.M)
              for path in (REPO / "plugins" / "modules").glob("*.py")]
     newest = max(tuple(map(int, match.group(1).split("."))) for match in added if match)
     assert newest <= tuple(map(int, galaxy["version"].split(".")))
-    assert yaml.safe_load(files["meta/runtime.yml"]) == {"requires_ansible": ">=2.19.0"}
+    assert yaml.safe_load((REPO / "meta" / "runtime.yml").read_text()) == {"requires_ansible": ">=2.19.0"}
 
 
-def test_assemble_writes_the_tree_ansible_test_expects(tmp_path: Path) -> None:
-    """The collection is root/ansible_collections/vllm/fleet, files keep their mode (the shebang test reads it)."""
-    repo = make_repo(tmp_path / "repo")
-    (repo / "plugins" / "modules" / "m.py").chmod(0o755)
-    collection = sanity.assemble(repo, tmp_path / "tree")
-    assert collection == tmp_path / "tree" / "ansible_collections" / "vllm" / "fleet"
-    assert (collection / "plugins" / "plugin_utils" / "vllm_fleet" / "arg_tables" / "t.py").read_text() == \
-        "lib/vllm_fleet/arg_tables/t.py"
-    assert os.stat(collection / "plugins" / "modules" / "m.py").st_mode & 0o777 == 0o755
-    assert (collection / "galaxy.yml").is_file() and (collection / "meta" / "runtime.yml").is_file()
+def test_the_built_collection_holds_the_kit_and_not_its_workshop(tmp_path: Path) -> None:
+    """The artefact a user installs has every module, filter, role and playbook; no tests, lab inventory, tools, venv
+    or the checkout's link to itself, and no sanity ignore file."""
+    collection = sanity.build_and_install(REPO, tmp_path, Path(sys.executable).parent,
+                                          sanity.clean_environment(dict(os.environ)))
+    assert collection == tmp_path / "ansible_collections" / "vllm" / "fleet"
+    files = {path.relative_to(collection).as_posix() for path in collection.rglob("*") if path.is_file()}
+    for folder in ("plugins/modules", "plugins/filter", "plugins/plugin_utils", "plugins/module_utils", "playbooks"):
+        assert {f"{folder}/{p.name}" for p in (REPO / folder).glob("*.*")} <= files, folder
+    assert {"site.yml", "meta/runtime.yml", "MANIFEST.json", "FILES.json"} <= files
+    assert {f"roles/{role.name}/meta/argument_specs.yml" for role in (REPO / "roles").iterdir()} <= files
+    left_out = ("tests/", "molecule/", "tools/", "inventory/", ".venv/", ".ansible/", "results/", "benchmarks/")
+    assert not [name for name in files if name.startswith(left_out) or "ignore-" in name or "__pycache__" in name]
+    assert not [path for path in collection.rglob("*") if path.is_symlink()]
 
 
 def test_pip_version_is_read_from_ansible_test() -> None:

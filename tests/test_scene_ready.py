@@ -15,7 +15,7 @@ from conftest import REPO, load_as
 
 
 ready = load_as("ansible.module_utils.vllm_fleet_ready", REPO / "plugins" / "module_utils" / "vllm_fleet_ready.py")
-ready_module = load_as("ansible.modules.vllm_fleet_scene_ready", REPO / "plugins" / "modules" / "vllm_fleet_scene_ready.py")
+ready_module = load_as("ansible.modules.vllm_fleet_scene_ready", REPO / "plugins" / "modules" / "scene_ready.py")
 
 UNIT = "vllm-scene-chat.service"
 FIRST_RUN = "4f1c0ddc2b6a4f0e9b0a4d7cbe0f7c11"

@@ -8,7 +8,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +15,7 @@ import pytest
 
 from conftest import REPO, load_as
 
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import cards  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import cards
 
 gpu_utils = load_as("ansible.module_utils.vllm_fleet_gpu", REPO / "plugins" / "module_utils" / "vllm_fleet_gpu.py")
 PLAYBOOK = REPO / "tests" / "data" / "playbooks" / "render-scene-units.yml"

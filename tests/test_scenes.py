@@ -1,6 +1,5 @@
 """Unit tests of scene resolution: presets, overrides, owned keys, clashes and exposure."""
 
-import sys
 from typing import Any
 
 import pytest
@@ -8,9 +7,9 @@ import yaml
 
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "lib"))
+from ansible_collections.vllm.fleet.plugins.plugin_utils import cards, scenes
 
-from vllm_fleet import FleetError, cards, scenes  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils.errors import FleetError
 
 DEFAULTS = yaml.safe_load((REPO / "roles/vllm_scenes/defaults/main.yml").read_text())
 PRESETS: dict[str, Any] = cards.presets()

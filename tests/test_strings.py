@@ -3,17 +3,14 @@ its character and never its value."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
 
-from conftest import REPO, filter_plugin
+from conftest import fleet_filters
 
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import strings  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import strings
 
 # As meta/argument_specs.yml gives them: the check reads the names; the types say what the values look like.
 OPTIONS = {
@@ -164,9 +161,9 @@ def test_a_document_is_never_read() -> None:
 
 
 def test_the_filter_skips_what_cannot_be_rendered() -> None:
-    """vllm_fleet_string_problems over a task's vars: a value that fails to render (undefined, a Vault value without
+    """vllm.fleet.strings_problems over a task's vars: a value that fails to render (undefined, a Vault value without
     the Vault) is left out, the others are checked."""
-    check = filter_plugin().FilterModule().filters()["vllm_fleet_string_problems"]
+    check = fleet_filters()["vllm.fleet.strings_problems"]
     variables = Rendered({**CLEAN, "vllm_gateway_timeout": KeyError("undefined"),
                           "vllm_gateway_users": [Rendered({"name": ValueError("vault")})],
                           "vllm_fleet_scene_cache_dir": "/x\ny"})

@@ -4,16 +4,14 @@ the time budget or a failing load test, its record written after each step."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REPO
+from conftest import REPO, load_as
 
-sys.path.insert(0, str(REPO / "lib"))
 
-from vllm_fleet import sweep  # noqa: E402
+sweep = load_as("sweep", REPO / "roles/vllm_tune/files/sweep.py")
 
 
 def result(share: float, output: float = 300.0) -> dict[str, Any]:

@@ -6,15 +6,15 @@ from __future__ import annotations
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, load_as
 
-sys.path.insert(0, str(REPO / "lib"))
+import yaml
 
-import yaml  # noqa: E402
-from vllm_fleet import sweep as runner  # noqa: E402
-from vllm_fleet import tuning  # noqa: E402
-from yamllint import linter  # noqa: E402
-from yamllint.config import YamlLintConfig  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import tuning
+from yamllint import linter
+from yamllint.config import YamlLintConfig
+
+runner = load_as("sweep", REPO / "roles/vllm_tune/files/sweep.py")
 
 
 def bench(goodput: float, throughput: float = 10.0, output: float = 320.0, failed: int = 0,
@@ -177,7 +177,7 @@ def test_the_picture_has_a_point_per_step_and_the_slo_line(tmp_path: object, suf
     import xml.etree.ElementTree as ElementTree
     from pathlib import Path
 
-    from vllm_fleet import tuning_plot
+    from ansible_collections.vllm.fleet.plugins.plugin_utils import tuning_plot
     result = tuning.verdict([{"name": "deployed", "engine_args": {}, "steps": sweep(1.0, 1.0, 0.5)},
                              {"name": "other", "engine_args": {"max-num-seqs": 8}, "steps": sweep(1.0, 0.5, 0.5)}], 0.99)
     path = Path(str(tmp_path)) / f"realtime.{suffix}"
@@ -318,11 +318,11 @@ def test_the_report_holds_what_was_swept_and_the_verdict() -> None:
 
 
 def test_the_plot_tool_draws_a_report_file(tmp_path: object) -> None:
-    """lib/vllm_fleet/tuning_plot.py REPORT PICTURES... (what playbooks/tune.yml runs) writes each picture."""
+    """plugins/plugin_utils/tuning_plot.py REPORT PICTURES... (what playbooks/tune.yml runs) writes each picture."""
     import json
     from pathlib import Path
 
-    from vllm_fleet import tuning_plot
+    from ansible_collections.vllm.fleet.plugins.plugin_utils import tuning_plot
     directory = Path(str(tmp_path))
     result = tuning.report("h1", plan(), [{"name": "deployed", "engine_args": {}, "steps": sweep(1.0, 0.5, 0.5)}])
     (directory / "r.json").write_text(json.dumps(result))

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import REPO, load_as, run_module_main
 
-unpack = load_as("vllm_fleet_unpack", REPO / "plugins" / "modules" / "vllm_fleet_unpack.py")
+unpack = load_as("vllm_fleet_unpack", REPO / "plugins" / "modules" / "unpack.py")
 
 
 @pytest.fixture()

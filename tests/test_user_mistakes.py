@@ -5,7 +5,6 @@ changes, run here as the play runs them (scene resolution, exposure, capacity pl
 from __future__ import annotations
 
 import copy
-import sys
 from typing import Any
 
 import pytest
@@ -13,9 +12,7 @@ import yaml
 
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import cards, hardware, planner, scenes  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import cards, hardware, planner, scenes
 
 HOST = "gpu-3090-a"
 EXAMPLE = yaml.safe_load((REPO / "inventory/example/group_vars/gpu_hosts/main.yml").read_text())

@@ -16,9 +16,7 @@ from conftest import REPO
 from example_fleet import SECRETS, example_fleet
 from test_check_playbook import check
 
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import vault  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import vault
 
 LAB_VAULT = REPO / "inventory" / "lab" / "group_vars" / "gpu_hosts" / "vault.yml"
 

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from typing import Any
 
 import pytest
 
-from conftest import REPO, filter_plugin
+from conftest import REPO, fleet_filters
 
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import cards, verify  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import cards, verify
 
 ROLE = REPO / "roles" / "vllm_verify"
 FLOOR_3090 = 5.983  # ms: 5.6 GB of Qwen2.5-7B-Instruct-AWQ over a 3090's 936 GB/s
@@ -45,7 +42,6 @@ REALTIME_3090 = verify.targets_for("rtx3090", "realtime", {})
 SCENE = {"name": "realtime", "preset": "realtime", "port": 8000, "served_model_name": "qwen2.5-7b"}
 GOOD_CHECKS = [{"name": "GET /health", "passed": True, "detail": "answered 200"},
                {"name": "GET /v1/models lists qwen2.5-7b", "passed": True, "detail": "listed: qwen2.5-7b"}]
-
 
 
 def test_a_healthy_result_passes() -> None:
@@ -140,8 +136,8 @@ def test_a_scene_is_held_to_the_gates_its_own_definition_names() -> None:
     assert verify.scene_targets(recorded_before_slo, "cpu") == verify.DEFAULT_SLO["cpu"]["realtime"]
     with pytest.raises(verify.VerifyError, match="must map scene names to target overrides"):
         verify.scene_targets(restored, "cpu", ["realtime"])  # type: ignore[arg-type]
-    filters = filter_plugin().FilterModule().filters()
-    assert filters["vllm_fleet_scene_slo_targets"](restored, "cpu", overrides) == verify.DEFAULT_SLO["cpu"]["batch"]
+    filters = fleet_filters()
+    assert filters["vllm.fleet.verify_scene_slo_targets"](restored, "cpu", overrides) == verify.DEFAULT_SLO["cpu"]["batch"]
 
 
 @pytest.mark.parametrize(("call", "message"), [
@@ -267,10 +263,10 @@ def test_adapter_turns_kit_errors_into_filter_errors() -> None:
     """The filters exist under their names and a VerifyError reaches Ansible as AnsibleFilterError."""
     from ansible.errors import AnsibleFilterError
 
-    filters = filter_plugin().FilterModule().filters()
-    assert filters["vllm_fleet_slo_targets"]("cpu", "batch", {}) == verify.DEFAULT_SLO["cpu"]["batch"]
+    filters = fleet_filters()
+    assert filters["vllm.fleet.verify_slo_targets"]("cpu", "batch", {}) == verify.DEFAULT_SLO["cpu"]["batch"]
     with pytest.raises(AnsibleFilterError, match="unknown GPU profile 'h300'"):
-        filters["vllm_fleet_slo_targets"]("h300", "realtime", {})
+        filters["vllm.fleet.verify_slo_targets"]("h300", "realtime", {})
 
 
 KEYED_SCENE = {"name": "realtime", "served_model_name": "qwen2.5-7b", "api_key_var": "vault_key"}

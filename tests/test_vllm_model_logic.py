@@ -1,19 +1,14 @@
-"""Unit tests of lib/vllm_fleet/models.py: validation, planning, verification and messages of the vllm_model role."""
+"""Unit tests of plugins/plugin_utils/models.py: validation, planning, verification and messages of the vllm_model role."""
 
 from __future__ import annotations
 
 import base64
 import json
-import sys
 from typing import Any, Optional
 
 import pytest
 
-from conftest import REPO
-
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet import models  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import models
 
 SHA_A = "a" * 64
 SHA_B = "b" * 64

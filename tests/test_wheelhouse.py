@@ -1,14 +1,10 @@
-"""lib/vllm_fleet/wheelhouse.py: a release's lock from pip's dry-run report."""
+"""plugins/plugin_utils/wheelhouse.py: a release's lock from pip's dry-run report."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
-from conftest import REPO
 
-sys.path.insert(0, str(REPO / "lib"))
-from vllm_fleet import wheelhouse  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import wheelhouse
 
 
 def item(name: str, version: str, sha256: str, filename: str = "") -> dict[str, object]:

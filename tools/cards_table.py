@@ -2,7 +2,7 @@
 """Write the hardware registry's tables into the docs: the profiles (docs/hardware.md), the SLO gates (docs/slo.md) and
 the alert rules that hold scenes and cards to them (docs/monitoring.md).
 
-Run it after changing lib/vllm_fleet/cards.py: `tools/cards_table.py --write`; tests/test_cards.py fails while a doc
+Run it after changing plugins/plugin_utils/cards.py: `tools/cards_table.py --write`; tests/test_cards.py fails while a doc
 differs from the registry.
 """
 
@@ -13,10 +13,10 @@ import re
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "lib"))
+from ansible_collections.vllm.fleet.plugins.plugin_utils import cards, monitoring
 
-from vllm_fleet import cards, monitoring  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
+
 
 BLOCK = re.compile(r"(<!-- registry:(?P<name>\w+) -->\n).*?(<!-- registry:end -->)", re.S)
 
@@ -53,7 +53,7 @@ def gates_table() -> str:
 
 
 def alerts_table() -> str:
-    """Return the alert rules (lib/vllm_fleet/monitoring.py) as a Markdown table."""
+    """Return the alert rules (plugins/plugin_utils/monitoring.py) as a Markdown table."""
     rows = ["| alert | severity | for | fires when (PromQL) |", "|---|---|---|---|"]
     for name, alert in monitoring.ALERTS.items():
         expr = alert["expr"].replace("|", "\\|")

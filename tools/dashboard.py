@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Render the fleet's Grafana dashboard (lib/vllm_fleet/dashboard.py) into dashboards/vllm-fleet.json.
+"""Render the fleet's Grafana dashboard (plugins/plugin_utils/dashboard.py) into dashboards/vllm-fleet.json.
 
 Run it after changing a panel: `tools/dashboard.py --write`; `--check` (what tests/test_dashboard.py asserts) exits 1
 while the file differs, `--queries` prints every panel's runnable PromQL as JSON: [[title, expr, needs], ...].
@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 from typing import Optional
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "lib"))
+from ansible_collections.vllm.fleet.plugins.plugin_utils import dashboard
 
-from vllm_fleet import dashboard  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
+
 
 DASHBOARD = REPO / "dashboards" / "vllm-fleet.json"
 
@@ -43,7 +43,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"{DASHBOARD.relative_to(REPO)}: written, {len(dashboard.PANELS)} panels")
         return 0
     if not DASHBOARD.is_file() or DASHBOARD.read_text() != rendered():
-        print(f"{DASHBOARD.relative_to(REPO)}: differs from lib/vllm_fleet/dashboard.py; run tools/dashboard.py --write")
+        print(f"{DASHBOARD.relative_to(REPO)}: differs from plugins/plugin_utils/dashboard.py; "
+              "run tools/dashboard.py --write")
         return 1
     return 0
 

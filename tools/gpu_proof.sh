@@ -2,7 +2,7 @@
 # The real-GPU proof of the cuda flavour (docs/gpu-proof.md), one step per call on the GPU host, from the repo root:
 #   facts                     the GPU facts module on this host, named by the hardware registry, and the raw
 #                             nvidia-smi link query, P2P matrix and topology it reads (test data for tests/data/nvidia)
-#   metrics                   the kit's textfile collector (lib/vllm_fleet/host_metrics.py) on this host's real cards,
+#   metrics                   the kit's textfile collector (roles/vllm_host_metrics/files/host_metrics.py) on this host's real cards,
 #                             with their registry temperature limit and a 0.90 plan: its output (promtool checks it on
 #                             the controller), the raw query it makes (test data), and its run time over 5 runs
 #   per-gpu                   as converge, with one scene per card (gpus: all, inventory/extra-vars/gpu-proof-per-gpu.yml):
@@ -540,7 +540,7 @@ PY
     nvidia-smi nvlink --status >"$STATE/nvlink-status.txt" 2>&1
     nvidia-smi --query-gpu=index,name,pci.bus_id,pci.device_id,memory.total,compute_cap,driver_version \
       --format=csv,noheader >"$STATE/gpus.csv" 2>&1
-    timed facts-tp2 ansible "${INVENTORY[@]}" gpu_hosts -m vllm_fleet_gpu_facts -a 'profiles={{ {} | vllm_fleet_card_matchers }}'
+    timed facts-tp2 ansible "${INVENTORY[@]}" gpu_hosts -m vllm.fleet.gpu_facts -a 'profiles={{ {} | vllm.fleet.cards_matchers }}'
     for file in gpus.csv smi-links.csv topo-p2p-r.txt topo-m.txt nvlink-status.txt facts-tp2.log; do
       { echo "-- $file"; cat "$STATE/$file"; } >>"$STATE/summary.txt"
       cp "$STATE/$file" "$OUT/tp2-$file"
@@ -743,16 +743,15 @@ PY
   facts)
     ansible_tools
     gpu_captures
-    timed facts ansible "${INVENTORY[@]}" gpu_hosts -m vllm_fleet_gpu_facts -a 'profiles={{ {} | vllm_fleet_card_matchers }}'
+    timed facts ansible "${INVENTORY[@]}" gpu_hosts -m vllm.fleet.gpu_facts -a 'profiles={{ {} | vllm.fleet.cards_matchers }}'
     timed plan-facts ansible-playbook "${INVENTORY[@]}" playbooks/plan.yml "${PER_GPU[@]}"
     cat "$STATE/smi-links.csv" "$STATE/topo-p2p-r.txt" "$STATE/topo-m.txt" "$STATE/facts.log"
     pack facts
     ;;
   metrics)
-    python3 - "$STATE/host-metrics.json" <<'PY'
+    PYTHONPATH=.ansible/collections python3 - "$STATE/host-metrics.json" <<'PY'
 import json, subprocess, sys
-sys.path.insert(0, "lib")
-from vllm_fleet import monitoring
+from ansible_collections.vllm.fleet.plugins.plugin_utils import monitoring
 rows = subprocess.run(["nvidia-smi", "--query-gpu=index,name,memory.total,compute_cap,pci.device_id",
                        "--format=csv,noheader,nounits"], capture_output=True, text=True, check=True).stdout
 gpus = [{"index": int(i), "name": n.strip(), "memory_total_mib": int(m), "compute_capability": c.strip(),
@@ -761,11 +760,11 @@ limits = monitoring.gpu_limits({"gpus": gpus}, [{"gpus": [g["index"] for g in gp
 json.dump({"nvidia_smi": "nvidia-smi", "gpus": limits}, open(sys.argv[1], "w"), indent=2)
 PY
     cat "$STATE/host-metrics.json"
-    nvidia-smi "--query-gpu=$(python3 -c 'import sys; sys.path.insert(0, "lib/vllm_fleet"); import host_metrics; print(",".join(host_metrics.QUERY_FIELDS))')" \
+    nvidia-smi "--query-gpu=$(PYTHONPATH=roles/vllm_host_metrics/files python3 -c 'import host_metrics; print(",".join(host_metrics.QUERY_FIELDS))')" \
       --format=csv,noheader,nounits >"$STATE/metrics-query.csv" 2>&1
     for run in 1 2 3 4 5; do
       start=$(now)
-      python3 -I lib/vllm_fleet/host_metrics.py --config "$STATE/host-metrics.json" --out "$STATE/vllm_fleet.prom"
+      python3 -I roles/vllm_host_metrics/files/host_metrics.py --config "$STATE/host-metrics.json" --out "$STATE/vllm_fleet.prom"
       echo "run $run: rc $? in $(since "$start") s" | tee -a "$STATE/summary.txt"
     done
     cp "$STATE/vllm_fleet.prom" "$STATE/metrics-query.csv" "$STATE/host-metrics.json" "$OUT/"

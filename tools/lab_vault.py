@@ -3,16 +3,14 @@ tests and benchmarks that act as the lab's clients. Never for a real inventory's
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "lib"))
-
 # The guard that refuses the lab's secrets outside the lab reads the same file.
-from vllm_fleet.vault import LAB_PASSWORD_FILE as PASSWORD_FILE  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils.vault import LAB_PASSWORD_FILE as PASSWORD_FILE
+
+REPO = Path(__file__).resolve().parents[1]
 
 # Ansible's vault identity of the lab, for the lab's own runs (the kit's ansible.cfg names none: Makefile, molecule).
 IDENTITY = f"lab@{PASSWORD_FILE}"

@@ -30,9 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-
-from vllm_fleet.wheelhouse import Wheel, canonical, lock_text, wheels_from_report  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils.wheelhouse import Wheel, canonical, lock_text, wheels_from_report
 
 MIB = 1024 * 1024
 # The oldest glibc among the distributions the kit supports (Ubuntu 22.04), so one wheelhouse fits every host.

@@ -1,16 +1,10 @@
 #!/usr/bin/env python3
-"""Run Ansible's own sanity tests (`ansible-test sanity`) on the kit, assembled as a collection in a temporary tree.
+"""Build the collection vllm.fleet from the repository, install the artefact into a temporary tree, and run Ansible's own
+sanity tests (`ansible-test sanity`) on what was installed: every default test, no ignore file.
 
-ansible-test only tests collections: a tree ansible_collections/<namespace>/<name>/ with plugins/ and roles/ in it. The
-kit keeps its own top-level layout (ansible.cfg points Ansible at plugins/ and roles/), so this copies what a
-collection holds into a temporary tree and runs ansible-test there; nothing is written into the repo, and no sanity
-test is ignored (the collection has no tests/sanity/ignore-*.txt).
-
-What goes where (collection_files):
-  plugins/{modules,module_utils,filter,callback}/*.py  ->  plugins/<same>/
-  lib/vllm_fleet/ (the pure logic the filter plugin calls)  ->  plugins/plugin_utils/vllm_fleet/
-  roles/  ->  roles/
-and a galaxy.yml and meta/runtime.yml that name the collection and the ansible-core it needs.
+The repository is the collection as it stands (galaxy.yml, meta/runtime.yml, plugins/, roles/, playbooks/ at its root),
+so `ansible-galaxy collection build` packs it as a user would get it (build_ignore leaves the development files out),
+and `ansible-galaxy collection install` puts it under TREE/ansible_collections/vllm/fleet, where ansible-test runs.
 
 ansible-test runs with --local on this controller's Python; each sanity test gets a virtual environment that
 ansible-test makes itself under ~/.ansible/test/venv (its pinned requirements, from the package index pip is
@@ -33,15 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 REPO = Path(__file__).resolve().parents[1]
-NAMESPACE, NAME = "vllm", "fleet"
-VERSION = "0.2.0"  # ansible-test wants one; the kit has none of its own, so the newest version_added of its modules
-REQUIRES_ANSIBLE = ">=2.19.0"
-PLUGIN_TYPES = ("modules", "module_utils", "filter", "callback")
-LIB = "lib/vllm_fleet"
-LIB_IN_COLLECTION = "plugins/plugin_utils/vllm_fleet"  # where plugins/filter/vllm_fleet.py looks in a collection
-SKIPPED_PARTS = {"__pycache__"}
-SKIPPED_SUFFIXES = {".pyc", ".pyo"}
 # ansible-test's cache of pip's bootstrap script, and the marker that tells this tool's stand-in from the real one.
 PIP_BOOTSTRAP_CACHE = Path("~/.ansible/test/cache")
 STAND_IN_MARKER = "# vllm-fleet tools/sanity.py stand-in for get-pip.py"
@@ -56,47 +44,6 @@ args = [arg for arg in sys.argv[1:] if arg not in ("--no-setuptools", "--no-whee
 sys.exit(subprocess.call([sys.executable, "-m", "pip", "install", "--upgrade", "--force-reinstall", *args]))
 '''
 
-
-def kept(relative: Path) -> bool:
-    """Tell whether a file (its path in the repo) belongs in the collection: no bytecode, nothing in __pycache__."""
-    return relative.suffix not in SKIPPED_SUFFIXES and not SKIPPED_PARTS & set(relative.parts)
-
-
-def collection_files(repo: Path) -> dict[str, Path]:
-    """Return the collection's files: path inside the collection -> file in the repo."""
-    files: dict[str, Path] = {}
-    for plugin_type in PLUGIN_TYPES:
-        for source in sorted((repo / "plugins" / plugin_type).glob("*.py")):
-            files[f"plugins/{plugin_type}/{source.name}"] = source
-    for tree, target in ((LIB, LIB_IN_COLLECTION), ("roles", "roles")):
-        for source in sorted((repo / tree).rglob("*")):
-            if source.is_file() and kept(source.relative_to(repo)):
-                files[f"{target}/{source.relative_to(repo / tree).as_posix()}"] = source
-    return files
-
-
-def metadata_files() -> dict[str, str]:
-    """Return the collection's metadata files and their text: its name and version, and the ansible-core it needs."""
-    return {
-        "galaxy.yml": f"---\nnamespace: {NAMESPACE}\nname: {NAME}\nversion: {VERSION}\nreadme: README.md\n"
-                      "authors:\n  - vllm-fleet\n",
-        "meta/runtime.yml": f"---\nrequires_ansible: \"{REQUIRES_ANSIBLE}\"\n",
-        "README.md": "# vllm.fleet\n\nThe vllm-fleet kit, assembled by tools/sanity.py for `ansible-test sanity`.\n",
-    }
-
-
-def assemble(repo: Path, root: Path) -> Path:
-    """Write the collection under root (root/ansible_collections/<namespace>/<name>) and return its directory."""
-    collection = root / "ansible_collections" / NAMESPACE / NAME
-    for relative, source in collection_files(repo).items():
-        target = collection / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source, target)  # keeps the mode: ansible-test's shebang test checks execute bits
-    for relative, text in metadata_files().items():
-        target = collection / relative
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
-    return collection
 
 
 def pip_version(ansible_test_source: str) -> str:
@@ -121,15 +68,25 @@ def ansible_test_command(bin_dir: Path, python: str, extra: list[str]) -> list[s
     return [str(bin_dir / "ansible-test"), "sanity", "--local", "--python", python, "--color", "no", *extra]
 
 
+def build_and_install(repo: Path, tree: Path, bin_dir: Path, environ: dict[str, str]) -> Path:
+    """Build the collection from repo, install the artefact under tree and return the installed collection's directory."""
+    galaxy = yaml.safe_load((repo / "galaxy.yml").read_text())
+    artefact = tree / f"{galaxy['namespace']}-{galaxy['name']}-{galaxy['version']}.tar.gz"
+    for command in ([str(bin_dir / "ansible-galaxy"), "collection", "build", str(repo), "--output-path", str(tree)],
+                    [str(bin_dir / "ansible-galaxy"), "collection", "install", str(artefact), "-p", str(tree), "--force"]):
+        subprocess.run(command, cwd=tree, env=environ, check=True, stdout=subprocess.DEVNULL)
+    return tree / "ansible_collections" / galaxy["namespace"] / galaxy["name"]
+
+
 def clean_environment(environ: dict[str, str]) -> dict[str, str]:
     """Return environ without Ansible settings (the Makefile's ANSIBLE_CONFIG would add the repo's plugin paths)."""
     return {key: value for key, value in environ.items() if not key.startswith("ANSIBLE_")}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Assemble the collection in a temporary tree, run ansible-test sanity on it and return its exit status."""
+    """Build and install the collection in a temporary tree, run ansible-test sanity on it, return its exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keep", metavar="DIR", type=Path, help="assemble under DIR and keep it (for a look after)")
+    parser.add_argument("--keep", metavar="DIR", type=Path, help="install under DIR and keep it (for a look after)")
     args, extra = parser.parse_known_args(argv)  # the rest goes to ansible-test, e.g. --test pylint -v
     bin_dir = Path(sys.executable).parent  # the venv's: its ansible-test belongs to the ansible-core it runs
     spec = importlib.util.find_spec("ansible_test")
@@ -142,11 +99,13 @@ def main(argv: list[str] | None = None) -> int:
         root = args.keep.resolve() if args.keep else Path(temporary)
         if args.keep:
             shutil.rmtree(root / "ansible_collections", ignore_errors=True)
-        collection = assemble(REPO, root)
+            root.mkdir(parents=True, exist_ok=True)
+        environ = clean_environment(dict(os.environ))
+        collection = build_and_install(REPO, root, bin_dir, environ)
         command = ansible_test_command(bin_dir, python, extra)
-        print(f"sanity: {len(collection_files(REPO))} files in {collection}\nsanity: {' '.join(command)}", flush=True)
+        print(f"sanity: {collection}\nsanity: {' '.join(command)}", flush=True)
         started = time.monotonic()
-        status = subprocess.run(command, cwd=collection, env=clean_environment(dict(os.environ)), check=False).returncode
+        status = subprocess.run(command, cwd=collection, env=environ, check=False).returncode
         print(f"sanity: ansible-test exited {status} after {time.monotonic() - started:.0f} s", flush=True)
     return status
 

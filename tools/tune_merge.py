@@ -12,9 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lib"))
-
-from vllm_fleet import tuning, tuning_plot  # noqa: E402
+from ansible_collections.vllm.fleet.plugins.plugin_utils import tuning, tuning_plot
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,4 @@
-"""Compile-cache bundles of the vllm_fleet_compile_cache module: pack a scene's compiled artefacts, seed a cache from
+"""Compile-cache bundles of the vllm.fleet.compile_cache module: pack a scene's compiled artefacts, seed a cache from
 a bundle only after its digest and key check out, and publish bundles on the controller.
 
 Ansible ships this file to the managed host with the module, so it is stdlib only and runs on Python 3.8+.

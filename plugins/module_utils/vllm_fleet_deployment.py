@@ -1,5 +1,5 @@
 """What a host runs (scene files, active release) and how to put a recorded state back: pure logic for the
-vllm_fleet_deployment module, which does the file work."""
+vllm.fleet.deployment module, which does the file work."""
 
 from __future__ import annotations
 

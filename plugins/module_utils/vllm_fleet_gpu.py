@@ -1,8 +1,8 @@
-"""Pure logic of the vllm_fleet_gpu_facts module: parse nvidia-smi, /proc/driver/nvidia and lspci, name each GPU's profile.
+"""Pure logic of the vllm.fleet.gpu_facts module: parse nvidia-smi, /proc/driver/nvidia and lspci, name each GPU's profile.
 
 Ansible ships this file to the managed host with the module, so it is stdlib only and runs on Python 3.8+. It holds no
 card fact: the profiles' names, PCI ids and compute capabilities come from the controller's hardware registry
-(lib/vllm_fleet/cards.py, through the module's profiles option).
+(plugins/plugin_utils/cards.py, through the module's profiles option).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Whether a host still is as its last full converge left it: pure logic for the vllm_fleet_in_sync module, which
+"""Whether a host still is as its last full converge left it: pure logic for the vllm.fleet.in_sync module, which
 reads the host."""
 
 from __future__ import annotations

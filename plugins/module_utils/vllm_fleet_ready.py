@@ -1,4 +1,4 @@
-"""Pure logic of the vllm_fleet_scene_ready module: judge systemd unit states, pick a crash's reason, run the wait loop.
+"""Pure logic of the vllm.fleet.scene_ready module: judge systemd unit states, pick a crash's reason, run the wait loop.
 
 Ansible ships this file to the managed host with the module, so it is stdlib only and runs on Python 3.8+.
 The wait loop takes its clock, sleep and probes as arguments, so every decision here runs without a host.

@@ -1,4 +1,4 @@
-"""Who may hold a host's run lock: pure logic for the vllm_fleet_run_lock module, which reads and writes the lock."""
+"""Who may hold a host's run lock: pure logic for the vllm.fleet.run_lock module, which reads and writes the lock."""
 
 from __future__ import annotations
 

@@ -22,10 +22,11 @@ import yaml
 
 SCENARIO = Path(__file__).resolve().parents[1]
 REPO = SCENARIO.parents[1]
-sys.path[:0] = [str(REPO / "molecule" / "shared"), str(REPO / "lib")]
+sys.path[:0] = [str(REPO / "molecule" / "shared")]
 
 from playbooks import lab_host, run_playbook  # noqa: E402
-from vllm_fleet import cards  # noqa: E402
+
+from ansible_collections.vllm.fleet.plugins.plugin_utils import cards  # noqa: E402
 from rerun_hosts import LIMIT, rerun_host  # noqa: E402
 
 testinfra_hosts = ["ansible://gpu_hosts"]  # mdef4, the gateway, has tests/test_gateway.py

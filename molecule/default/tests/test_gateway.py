@@ -17,8 +17,7 @@ import pytest
 import testinfra.host
 import yaml
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[2] / "shared"), str(Path(__file__).resolve().parents[3] / "tools"),
-                str(Path(__file__).resolve().parents[3] / "lib")]
+sys.path[:0] = [str(Path(__file__).resolve().parents[2] / "shared"), str(Path(__file__).resolve().parents[3] / "tools")]
 
 from gateway_client import (BATCH_MODEL, CA_FILE, GATEWAY, GPU_HOSTS, LAB, MODEL, PKI, REPO, SCENARIO,  # noqa: E402
                             SETTINGS, Load, call, chat, client, ingress_status, key, runtime_api, scene_servers,
@@ -26,7 +25,8 @@ from gateway_client import (BATCH_MODEL, CA_FILE, GATEWAY, GPU_HOSTS, LAB, MODEL
 from lab_certificates import self_signed_pair  # noqa: E402
 from playbooks import lab_host, run_playbook, scene_health  # noqa: E402
 from units import MAX_EXPOSURE, exposure  # noqa: E402
-from vllm_fleet import cards  # noqa: E402
+
+from ansible_collections.vllm.fleet.plugins.plugin_utils import cards  # noqa: E402
 
 testinfra_hosts = [f"ansible://{GATEWAY}"]
 GATEWAY_CONFIG = "/etc/vllm-gateway/haproxy.cfg"

@@ -16,13 +16,14 @@ import testinfra.host
 
 SCENARIO = Path(__file__).resolve().parents[1]
 REPO = SCENARIO.parents[1]
-sys.path[:0] = [str(REPO / "tools"), str(REPO / "lib"), str(SCENARIO.parent / "shared")]
+sys.path[:0] = [str(REPO / "tools"), str(SCENARIO.parent / "shared")]
 
 from gateway_load import https_call  # noqa: E402
 from lab_vault import lab_secrets  # noqa: E402
 from playbooks import lab_host, run_playbook  # noqa: E402
 from units import MAX_EXPOSURE, exposure  # noqa: E402
-from vllm_fleet import dashboard  # noqa: E402
+
+from ansible_collections.vllm.fleet.plugins.plugin_utils import dashboard  # noqa: E402
 
 LAB, GPU_HOST, MONITOR = "mmon", "mmon1", "mmon2"
 PKI = Path(f"/var/lib/vllm-fleet-lab/pki/{LAB}")

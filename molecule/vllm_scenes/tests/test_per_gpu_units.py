@@ -14,10 +14,11 @@ import testinfra.host
 
 SCENARIO = Path(__file__).resolve().parents[1]
 REPO = SCENARIO.parents[1]
-sys.path[:0] = [str(SCENARIO.parent / "shared"), str(REPO / "lib")]
+sys.path[:0] = [str(SCENARIO.parent / "shared")]
 
 from playbooks import run_playbook  # noqa: E402
-from vllm_fleet import cards  # noqa: E402
+
+from ansible_collections.vllm.fleet.plugins.plugin_utils import cards  # noqa: E402
 
 UNITS = "/tmp/vfl-per-gpu-units"
 PLAYBOOK = REPO / "tests" / "data" / "playbooks" / "render-scene-units.yml"
