@@ -1,13 +1,14 @@
-"""Facts of the host layout have one home each in roles/vllm_fleet: no role, playbook, template or library function
-writes the scene unit prefix itself."""
+"""Facts of the host layout and kit-wide policies have one home each in roles/vllm_fleet: no role, playbook, template
+or library function writes the scene unit prefix, or its own apt lock wait and retries."""
 
 from __future__ import annotations
 
 import subprocess
+from typing import Any
 
 import yaml
 
-from conftest import REPO
+from conftest import REPO, tracked
 
 PREFIX = yaml.safe_load((REPO / "roles/vllm_fleet/vars/main.yml").read_text())["_vllm_fleet_scene_unit_prefix"]
 
@@ -20,3 +21,27 @@ def test_only_vllm_fleet_names_the_scene_unit_prefix() -> None:
                            check=False).stdout.split()
     assert PREFIX == "vllm-scene-"
     assert [name for name in found if not name.endswith(".md")] == ["roles/vllm_fleet/vars/main.yml"], found
+
+
+def apt_tasks(tasks: Any) -> list[dict[str, Any]]:
+    """Return every task of a task list (or of a playbook's plays) that runs ansible.builtin.apt, in blocks too."""
+    found: list[dict[str, Any]] = []
+    for task in tasks or []:
+        for section in ("block", "rescue", "always", "pre_tasks", "tasks", "post_tasks", "handlers"):
+            found += apt_tasks(task.get(section))
+        if "ansible.builtin.apt" in task:
+            found.append(task)
+    return found
+
+
+def test_every_apt_task_waits_and_retries_as_the_kit_says() -> None:
+    """Each apt task waits for dpkg's lock and retries with roles/vllm_fleet's settings, never numbers of its own."""
+    tasks = [(name, task) for name in tracked("roles/*/tasks/*.yml", "playbooks/*.yml", "playbooks/**/*.yml")
+             for task in apt_tasks(yaml.safe_load((REPO / name).read_text()))]
+    assert len(tasks) >= 10
+    for name, task in tasks:
+        where = f"{name}: {task['name']}"
+        assert task["ansible.builtin.apt"]["lock_timeout"] == "{{ vllm_fleet_apt_lock_timeout }}", where
+        assert task["retries"] == "{{ vllm_fleet_apt_retries }}", where
+        assert task["delay"] == "{{ vllm_fleet_apt_retry_delay }}", where
+        assert task["until"] == f"{task['register']} is succeeded", where
