@@ -65,3 +65,18 @@ def test_the_published_facts_are_documented() -> None:
     """vllm_fleet's README names each fact the kit publishes."""
     readme = (REPO / "roles/vllm_fleet/README.md").read_text()
     assert all(f"`{name}`" in readme for name in PUBLISHED)
+
+
+def test_endpoint_facts_come_from_endpoint_task_files_and_are_documented() -> None:
+    """Each *_endpoint fact is set in one role's tasks/endpoint.yml and nowhere else, and vllm_fleet's README
+    describes it."""
+    readme = (REPO / "roles/vllm_fleet/README.md").read_text()
+    setters: dict[str, list[str]] = {}
+    for path in tracked("roles/*/tasks/*.yml", "playbooks/*.yml", "playbooks/**/*.yml"):
+        for name in re.findall(r"^\s+([a-z_]+_endpoint):", (REPO / path).read_text(), re.M):
+            setters.setdefault(name, []).append(path)
+    assert {"node_exporter_endpoint", "vllm_ingress_endpoint", "vllm_gateway_endpoint",
+            "vllm_gateway_metrics_endpoint"} <= setters.keys()
+    for name, paths in setters.items():
+        assert len(paths) == 1 and paths[0].endswith("/tasks/endpoint.yml"), (name, paths)
+        assert f"| `{name}` |" in readme, name
