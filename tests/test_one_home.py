@@ -3,6 +3,7 @@ or library function writes the scene unit prefix, or its own apt lock wait and r
 
 from __future__ import annotations
 
+import re
 import subprocess
 from typing import Any
 
@@ -45,3 +46,33 @@ def test_every_apt_task_waits_and_retries_as_the_kit_says() -> None:
         assert task["retries"] == "{{ vllm_fleet_apt_retries }}", where
         assert task["delay"] == "{{ vllm_fleet_apt_retry_delay }}", where
         assert task["until"] == f"{task['register']} is succeeded", where
+
+
+def host_layout() -> dict[str, str]:
+    """Return the kit's places on a host (roles/vllm_fleet/vars/main.yml's table) and its HAProxy instances' names."""
+    kit_vars = yaml.safe_load((REPO / "roles/vllm_fleet/vars/main.yml").read_text())
+    return {**kit_vars["_vllm_fleet_host_paths"], **kit_vars["_vllm_fleet_haproxy_instances"]}
+
+
+def test_only_the_layout_table_writes_the_kits_places_on_a_host() -> None:
+    """Every role derives its host paths from roles/vllm_fleet's table: no other role file, playbook, template or
+    library function writes one of its places (or an instance's name) itself."""
+    layout = host_layout()
+    assert layout["state"] == "/var/lib/vllm-fleet" and layout["ingress"] == "vllm-ingress"
+    patterns = {name: re.compile(rf"(?<![\w./-]){re.escape(value)}(?![\w-])") for name, value in layout.items()}
+    files = [name for name in tracked("roles", "playbooks", "site.yml", "templates", "plugins/filter",
+                                      "plugins/plugin_utils")
+             if name.endswith((".yml", ".j2", ".py")) and name != "roles/vllm_fleet/vars/main.yml"
+             and not name.endswith("meta/argument_specs.yml")  # a spec documents a default's value as it resolves
+             and "/files/" not in name]  # a program for hosts is told its paths by its unit or config
+    found = [(name, place) for name in files for place, pattern in patterns.items()
+             if pattern.search((REPO / name).read_text())]
+    assert not found, found
+
+
+def test_the_deployment_module_takes_its_paths_from_the_kit() -> None:
+    """vllm.fleet.deployment has no default of its own for a path the kit lays out: roles/vllm_state passes each."""
+    source = (REPO / "plugins/modules/deployment.py").read_text()
+    spec = source[source.index("argument_spec={"):source.index("supports_check_mode")]
+    for option in ("config_dir", "release_link", "model_dir", "snapshot_dir"):
+        assert f'"{option}": {{"type": "path", "required": True}}' in spec, option

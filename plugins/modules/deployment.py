@@ -35,9 +35,9 @@ options:
     type: bool
     default: true
   config_dir:
-    description: The scene configs (C(<scene>.yaml)) and secret environments (C(<scene>.env)).
+    description: The scene configs (C(<scene>.yaml)) and secret environments (C(<scene>.env)); the kit passes its own.
     type: path
-    default: /etc/vllm/scenes
+    required: true
   unit_dir:
     description: Where the scene units are.
     type: path
@@ -49,19 +49,19 @@ options:
   release_link:
     description: The link to the active release.
     type: path
-    default: /opt/vllm/current
+    required: true
   model_dir:
     description: The models, each with its C(.vllm-fleet-model.json) marker.
     type: path
-    default: /var/lib/vllm/models
+    required: true
   fact_path:
     description: The deployed-state fact, kept with the snapshot.
     type: path
-    default: /etc/ansible/facts.d/vllm_fleet.fact
+    required: true
   snapshot_dir:
     description: Where the snapshot lives.
     type: path
-    default: /var/lib/vllm-fleet/rollback
+    required: true
   systemd:
     description: Stop removed scenes and reload systemd (false on hosts without systemd).
     type: bool
@@ -82,11 +82,21 @@ EXAMPLES = r"""
   vllm.fleet.deployment:
     state: snapshot
     unit_prefix: app-scene-
+    config_dir: /etc/app/scenes
+    release_link: /opt/app/current
+    model_dir: /var/lib/app/models
+    fact_path: /etc/ansible/facts.d/app.fact
+    snapshot_dir: /var/lib/app/rollback
 
 - name: Put it back
   vllm.fleet.deployment:
     state: restore
     unit_prefix: app-scene-
+    config_dir: /etc/app/scenes
+    release_link: /opt/app/current
+    model_dir: /var/lib/app/models
+    fact_path: /etc/ansible/facts.d/app.fact
+    snapshot_dir: /var/lib/app/rollback
   register: restored
 """
 
@@ -301,13 +311,13 @@ def main() -> None:
         argument_spec={
             "state": {"type": "str", "choices": ["inspect", "snapshot", "restore", "finish"], "default": "inspect"},
             "run": {"type": "str", "default": "run"}, "mark": {"type": "bool", "default": True},
-            "config_dir": {"type": "path", "default": "/etc/vllm/scenes"},
+            "config_dir": {"type": "path", "required": True},
             "unit_dir": {"type": "path", "default": "/etc/systemd/system"},
             "unit_prefix": {"type": "str", "required": True},
-            "release_link": {"type": "path", "default": "/opt/vllm/current"},
-            "model_dir": {"type": "path", "default": "/var/lib/vllm/models"},
-            "fact_path": {"type": "path", "default": "/etc/ansible/facts.d/vllm_fleet.fact"},
-            "snapshot_dir": {"type": "path", "default": "/var/lib/vllm-fleet/rollback"},
+            "release_link": {"type": "path", "required": True},
+            "model_dir": {"type": "path", "required": True},
+            "fact_path": {"type": "path", "required": True},
+            "snapshot_dir": {"type": "path", "required": True},
             "systemd": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
