@@ -76,3 +76,14 @@ def test_the_deployment_module_takes_its_paths_from_the_kit() -> None:
     spec = source[source.index("argument_spec={"):source.index("supports_check_mode")]
     for option in ("config_dir", "release_link", "model_dir", "snapshot_dir"):
         assert f'"{option}": {{"type": "path", "required": True}}' in spec, option
+
+
+def test_roles_read_the_fleets_topology_from_the_kit_layer() -> None:
+    """Which hosts are gateways and which monitor is read from the inventory's groups once, in roles/vllm_fleet's
+    vars; the other roles read _vllm_fleet_gateways and _vllm_fleet_monitoring_hosts."""
+    groups = re.compile(r"groups\[['\"](gateways|monitoring)['\"]\]")
+    found = [name for name in tracked("roles") if name.endswith((".yml", ".j2"))
+             and name != "roles/vllm_fleet/vars/main.yml" and groups.search((REPO / name).read_text())]
+    assert not found, found
+    kit_vars = yaml.safe_load((REPO / "roles/vllm_fleet/vars/main.yml").read_text())
+    assert kit_vars["_vllm_fleet_gateways"] == "{{ groups['gateways'] | default([]) }}"
