@@ -87,3 +87,14 @@ def test_roles_read_the_fleets_topology_from_the_kit_layer() -> None:
     assert not found, found
     kit_vars = yaml.safe_load((REPO / "roles/vllm_fleet/vars/main.yml").read_text())
     assert kit_vars["_vllm_fleet_gateways"] == "{{ groups['gateways'] | default([]) }}"
+
+
+def test_the_cuda_repository_has_one_home() -> None:
+    """NVIDIA's CUDA repository (its URL, the release/architecture folder, the keyring's file name) is written in
+    roles/vllm_fleet alone; the driver and the toolkit read it from there."""
+    facts = [re.compile(r"developer\.download\.nvidia\.com"), re.compile(r"cuda-keyring_"), re.compile(r"'sbsa'")]
+    own = {"roles/vllm_fleet/defaults/main.yml", "roles/vllm_fleet/vars/main.yml",
+           "roles/vllm_fleet/meta/argument_specs.yml"}
+    found = [(name, fact.pattern) for name in tracked("roles", "playbooks") if name.endswith((".yml", ".j2"))
+             and name not in own for fact in facts if fact.search((REPO / name).read_text())]
+    assert not found, found
