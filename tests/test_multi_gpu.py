@@ -36,10 +36,7 @@ def host_facts(capture: str = "smi-2x-rtx3090.csv", topology: Optional[str] = NO
 
 def resolve(scene_list: list[Any], facts: dict[str, Any]) -> list[dict[str, Any]]:
     """Resolve a host's scenes as the vllm_scenes role does: per-GPU expansion, presets, budgets, GPU settings."""
-    presets = cards.presets()
-    expanded = scenes.per_gpu_scenes(scene_list, presets, facts)
-    resolved = scenes.resolve_scenes(expanded, presets, BY_NAME, f"{HOST}: vllm_scenes_list")
-    return scenes.apply_gpu_settings(scenes.apply_memory_budgets(resolved, facts, "vllm_scenes_list"), facts)
+    return scenes.host_scenes(scene_list, cards.presets(), BY_NAME, facts, f"{HOST}: vllm_scenes_list")
 
 
 def check(resolved: list[dict[str, Any]], facts: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:

@@ -206,3 +206,20 @@ def test_two_scenes_that_would_share_a_user_are_refused() -> None:
     long_name = "b" * 31
     with pytest.raises(FleetError, match="would share a user"):
         scenes.scene_users([long_name, scenes.scene_user("vllm", long_name).removeprefix("vllm-")], "vllm")
+
+
+def test_a_hosts_scenes_are_made_whole_in_one_call() -> None:
+    """host_scenes is the role's one pipeline: gpus: all becomes a scene per card, budgets become each card's share,
+    scenes over several cards get their settings; resolve_problem reports what it raises, word for word."""
+    facts = {**H200, "gpus": [{**H200["gpus"][0], "index": 0}, {**H200["gpus"][0], "index": 1}], "p2p": {}}
+    made = scenes.host_scenes([{"name": "each", "preset": "realtime", "model": "qwen", "gpus": "all",
+                                "memory_budget_gib": 21.6},
+                               {"name": "both", "preset": "batch", "model": "qwen", "port": 9000, "gpus": [0, 1]}],
+                              PRESETS, MODELS, facts, "h1: vllm_scenes_list")
+    assert [scene["name"] for scene in made] == ["each-gpu0", "each-gpu1", "both"]
+    assert made[0]["engine_args"]["gpu-memory-utilization"] == 0.1538
+    assert made[2]["env"]["NCCL_P2P_DISABLE"] == "1"
+    over = [{"name": "big", "model": "qwen", "memory_budget_gib": 500}]
+    with pytest.raises(FleetError) as raised:
+        scenes.host_scenes(over, PRESETS, MODELS, facts, "h1: vllm_scenes_list")
+    assert scenes.resolve_problem(over, PRESETS, MODELS, facts, "h1: vllm_scenes_list") == str(raised.value)

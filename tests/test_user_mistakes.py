@@ -38,7 +38,7 @@ def refusals(scene_list: list[Any], custom: dict[str, Any] | None = None, facts:
     problem = scenes.resolve_problem(scene_list, presets, models, facts, var)
     if problem:
         return [problem]
-    resolved = scenes.apply_memory_budgets(scenes.resolve_scenes(scene_list, presets, models, var), facts, var)
+    resolved = scenes.host_scenes(scene_list, presets, models, facts, var)
     exposure = [f"{var}: {message}" for scene in resolved for message in scenes.exposure_problems(scene)]
     plans = planner.plan_host(resolved, HOST, facts, "cuda", "0.33.0", model_list or EXAMPLE["vllm_model_list"])
     return exposure + hardware.problems(HOST, resolved, plans, facts, "cuda", "0.33.0", 580)["errors"]

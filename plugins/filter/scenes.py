@@ -14,11 +14,8 @@ class FilterModule:
     def filters(self) -> dict[str, Callable[..., Any]]:
         """Return the filters by name."""
         return {
-            "scenes_resolve": guarded(scenes.resolve_scenes),
+            "scenes_of_host": guarded(scenes.host_scenes),
             "scenes_problem": scenes.resolve_problem,
-            "scenes_memory_budgets": guarded(scenes.apply_memory_budgets),
-            "scenes_per_gpu": scenes.per_gpu_scenes,
-            "scenes_gpu_settings": scenes.apply_gpu_settings,
             "scenes_config_file": guarded(scenes.config_file),
             "scenes_exposure_problems": guarded(scenes.exposure_problems),
             "scenes_gpu_problems": guarded(scenes.gpu_problems),

@@ -252,12 +252,21 @@ def apply_gpu_settings(scenes: list[Scene], gpus_fact: dict[str, Any] | None) ->
     return applied
 
 
+def host_scenes(scenes: list[Scene], presets: dict[str, Scene], models: dict[str, dict[str, Any]],
+                gpus_fact: dict[str, Any] | None, var: str) -> list[Scene]:
+    """Return a host's scenes whole, the one order of their making: one scene per card for gpus: all, each resolved
+    over its preset and model, memory budgets turned into the card's share, then the settings of scenes over several
+    cards."""
+    expanded = per_gpu_scenes(scenes, presets, gpus_fact)
+    budgeted = apply_memory_budgets(resolve_scenes(expanded, presets, models, var), gpus_fact, var)
+    return apply_gpu_settings(budgeted, gpus_fact)
+
+
 def resolve_problem(scenes: list[Scene], presets: dict[str, Scene], models: dict[str, dict[str, Any]],
                     gpus_fact: dict[str, Any] | None, var: str) -> str:
     """Return why a host's scene list cannot be resolved (one line naming the variable and the fix), "" when it can."""
     try:
-        apply_memory_budgets(resolve_scenes(per_gpu_scenes(scenes, presets, gpus_fact), presets, models, var),
-                             gpus_fact, var)
+        host_scenes(scenes, presets, models, gpus_fact, var)
     except FleetError as error:
         return str(error)
     return ""
