@@ -5,8 +5,12 @@ from typing import Any, Optional
 import pytest
 
 from ansible_collections.vllm.fleet.plugins.plugin_utils import hardware, planner
+from ansible_collections.vllm.fleet.plugins.plugin_utils import scenes as scene_model
 
 HOST = "gpu-a"
+# The unit settings roles/vllm_scenes passes by default: a cpu scene's KV cache is 1 GiB unless the scene says.
+UNIT = {"cache_dir": "/var/lib/vllm/cache", "unit_prefix": "vllm-scene-", "max_sequences": 4, "keep_alive_s": 3600,
+        "cpu_kvcache_gib": 1, "env": {}}
 MODELS = [{"name": "qwen", "repo": "Qwen/Qwen2.5-7B-Instruct-AWQ"}, {"name": "bf16", "repo": "Qwen/Qwen2.5-7B-Instruct"},
           {"name": "llama", "repo": "meta-llama/Llama-3.1-8B-Instruct"}]
 
@@ -39,8 +43,8 @@ def check(scenes: list[dict[str, Any]], gpus_fact: Optional[dict[str, Any]] = No
           version: str = "0.33.0", target_branch: Optional[int] = None) -> dict[str, list[str]]:
     """Plan the scenes and run every rule, as playbooks/plan.yml does."""
     gpus_fact = facts(gpu()) if gpus_fact is None else gpus_fact
-    plans = planner.plan_host(scenes, HOST, gpus_fact, flavour, version, MODELS, {}, [],
-                              {"VLLM_CPU_KVCACHE_SPACE": "1"})
+    planned = [{**one, "environment": scene_model.unit_environment(one, flavour, UNIT)} for one in scenes]
+    plans = planner.plan_host(planned, HOST, gpus_fact, flavour, version, MODELS, {}, [])
     found = hardware.problems(HOST, scenes, plans, gpus_fact, flavour, version, target_branch)
     # Releases older than the pins have no argument table: the rules under test are the others.
     return {**found, "warnings": [m for m in found["warnings"] if "no argument table" not in m]}

@@ -256,8 +256,8 @@ def test_model_lookup_catalog_inventory_and_config_json() -> None:
                                                                                     "qwen2.5-7b-instruct-awq")]
     slurped.append({"item": "/m/gone/config.json", "failed": True})
     assert planner.read_configs(slurped)["/m/tiny-qwen2-awq/config.json"] == TINY
-    result = planner.plan_host(scenes, "lab1", None, "cpu", "0.32.0", models, {}, slurped,
-                               {"VLLM_CPU_KVCACHE_SPACE": "1"})
+    cpu_scenes = [{**one, "environment": {"VLLM_CPU_KVCACHE_SPACE": "1"}} for one in scenes]
+    result = planner.plan_host(cpu_scenes, "lab1", None, "cpu", "0.32.0", models, {}, slurped)
     assert [p["weights_gib"] for p in result] == [0.0, 5.19, 0.0]
     assert [p["host"] for p in result] == ["lab1"] * 3 and all(p["problem"] is None for p in result)
 
@@ -277,8 +277,8 @@ def test_unknown_hub_models_are_asked_of_the_hub_at_their_revision() -> None:
     assert fetched["new"] == TINY and fetched["head"].endswith("gave no config.json (Request failed: <urlopen error "
                                                                "timed out>)")
     assert planner.config_paths(scenes, models, {}, fetched) == ["/m/head/config.json", "/m/mirror/config.json"]
-    plans = planner.plan_host(scenes, "h", None, "cpu", "0.32.0", models, {}, [], {"VLLM_CPU_KVCACHE_SPACE": "1"},
-                              fetched)
+    cpu_scenes = [{**one, "environment": {"VLLM_CPU_KVCACHE_SPACE": "1"}} for one in scenes]
+    plans = planner.plan_host(cpu_scenes, "h", None, "cpu", "0.32.0", models, {}, [], fetched)
     assert plans[0]["problem"] is None and plans[0]["weights_gib"] == 0.0
     assert "org/Head/resolve/main/config.json gave no config.json" in plans[1]["problem"]
     assert "lookup('file', 'config.json') | from_json" in plans[1]["problem"]
@@ -286,7 +286,7 @@ def test_unknown_hub_models_are_asked_of_the_hub_at_their_revision() -> None:
 
 def test_scenes_without_a_plan_say_why() -> None:
     """Unknown models, hosts without GPUs and missing GPU indexes give a reason instead of a plan."""
-    unknown = planner.plan_host([{**scene(), "model": "x"}], "h", None, "cpu", "0.32.0", [], {}, [], {})
+    unknown = planner.plan_host([{**scene(), "model": "x"}], "h", None, "cpu", "0.32.0", [], {}, [])
     assert "not in the planner's catalog" in unknown[0]["problem"] and "vllm_fleet_planner_models" in unknown[0]["problem"]
     models = [{"name": "qwen", "repo": QWEN_AWQ}]
     no_gpu = planner.plan_host([scene()], "h", {"present": False, "gpus": []}, "cuda", "0.33.0", models)

