@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.vllm.fleet.plugins.plugin_utils import planner
+from ansible_collections.vllm.fleet.plugins.plugin_utils import cards, planner
 
 GiB, MiB = planner.GiB, planner.MiB
 QWEN_AWQ = "Qwen/Qwen2.5-7B-Instruct-AWQ"
@@ -220,7 +220,7 @@ def test_cards_from_the_facts() -> None:
     assert planner.card(RTX4090, "t").total_bytes / GiB == pytest.approx(23.65, abs=0.01)
     h200 = planner.card(H200, "t")
     assert (h200.bandwidth_gbps, h200.total_bytes) == (4800.0, (143771 - 512) * MiB)
-    assert planner.compute_capability(H200) == 90 and planner.compute_capability(RTX3090) == 86
+    assert cards.compute_capability(H200) == 90 and cards.compute_capability(RTX3090) == 86
     for name, capability, gbps in (("NVIDIA A10", "8.6", 600.0), ("NVIDIA A100-SXM4-80GB", "8.0", 2039.0),
                                    ("NVIDIA A100-PCIE-40GB", "8.0", 1555.0), ("NVIDIA L4", "8.9", 300.0),
                                    ("NVIDIA L40S", "8.9", 864.0), ("NVIDIA H100 PCIe", "9.0", 2000.0),
@@ -229,7 +229,7 @@ def test_cards_from_the_facts() -> None:
                                    ("NVIDIA A10", "9.0", None)):
         gpu = {**H200, "name": name, "compute_capability": capability, "profile": "generic"}
         assert planner.card(gpu, "t").bandwidth_gbps == gbps, name
-    assert planner.compute_capability({"profile": "generic", "compute_capability": "12.0"}) == 120
+    assert cards.compute_capability({"profile": "generic", "compute_capability": "12.0"}) == 120
     assert planner.card({"index": 1, "profile": "rtx3090", "memory_total_mib": None}, "t").total_bytes > 0
     with pytest.raises(planner.PlanError, match="GPU 0 reports no memory size"):
         planner.card({"index": 0, "profile": "generic", "memory_total_mib": None}, "t")

@@ -201,6 +201,12 @@ def profile_of(gpu: dict[str, Any]) -> Optional[Profile]:
                                                     gpu.get("pci_id")))
 
 
+def compute_capability(gpu: dict[str, Any]) -> Optional[int]:
+    """Return a GPU's compute capability as one number (8.6 -> 86): its profile's, else the fact's, else None."""
+    known = profile_of(gpu)
+    return known.compute_capability if known else capability_number(gpu.get("compute_capability"))
+
+
 def matchers() -> dict[str, dict[str, Any]]:
     """Return what the facts module needs to name a host's cards: per profile its names, PCI ids and capability."""
     return {p.key: {"names": list(p.names), "pci_ids": list(p.pci_ids),

@@ -14,7 +14,9 @@ from typing import Any, Optional
 from . import cards
 from . import engine_args as release_args
 from . import scenes as scene_model
-from .planner import GiB, PlanError, card, compute_capability, default_utilization, engine_arg, version_tuple
+from .cards import compute_capability
+from .planner import GiB, PlanError, card, default_utilization, version_tuple
+from .scenes import engine_arg
 
 Finding = tuple[str, str]  # ("error" | "warning", message)
 ERROR, WARNING = "error", "warning"

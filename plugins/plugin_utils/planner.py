@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from .errors import FleetError
 from . import cards
-from .scenes import dash
+from .scenes import engine_arg
 
 GiB = 1024**3
 MiB = 1024**2
@@ -280,12 +280,6 @@ def default_utilization(vllm_version: str) -> float:
     return 0.92 if version_tuple(vllm_version) >= (0, 20) else 0.90
 
 
-def compute_capability(gpu: dict[str, Any]) -> Optional[int]:
-    """Return a GPU's compute capability as one number (8.6 -> 86): its profile's, else the fact's, else None."""
-    known = cards.profile_of(gpu)
-    return known.compute_capability if known else cards.capability_number(gpu.get("compute_capability"))
-
-
 def card(gpu: dict[str, Any], where: str) -> Card:
     """Turn one GPU of the vllm_fleet_gpus fact into what the planner needs of it."""
     known = cards.profile_of(gpu)
@@ -297,12 +291,6 @@ def card(gpu: dict[str, Any], where: str) -> Card:
     reserved = known.reserved_mib if known else cards.GENERIC_RESERVED_MIB
     return Card(index=int(gpu.get("index", 0)), name=str(gpu.get("name") or profile), profile=profile,
                 total_bytes=(int(memory_mib) - reserved) * MiB, bandwidth_gbps=known.bandwidth_gbps if known else None)
-
-
-def engine_arg(scene: dict[str, Any], key: str, default: Any = None) -> Any:
-    """Return a resolved scene's engine argument by its underscore name (scenes store the dash form)."""
-    value = scene["engine_args"].get(dash(key))
-    return default if value is None else value
 
 
 def kv_bytes_per_token(arch: Architecture, kv_cache_dtype: str, model_dtype: str, tensor_parallel: int = 1) -> float:

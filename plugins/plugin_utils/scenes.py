@@ -41,6 +41,12 @@ def dash(key: str) -> str:
     return key.replace("_", "-")
 
 
+def engine_arg(scene: Scene, key: str, default: Any = None) -> Any:
+    """Return a resolved scene's engine argument by its underscore name (scenes store the dash form)."""
+    value = scene["engine_args"].get(dash(key))
+    return default if value is None else value
+
+
 def _engine_args(*layers: dict[str, Any]) -> dict[str, Any]:
     """Merge engine-argument layers (later wins) into dash-keyed form."""
     merged: dict[str, Any] = {}
