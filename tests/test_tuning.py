@@ -61,6 +61,15 @@ def test_knee_is_the_highest_concurrency_within_the_slo_and_failures_break_it() 
     assert tuning.knee([runner.step(bench(10, failed=1), 1)], 0.5) is None
 
 
+def test_the_host_sweep_and_the_verdict_hold_a_step_to_the_same_rule() -> None:
+    """The sweep on the host (roles/vllm_tune/files/sweep.py, which imports nothing of the kit) stops on the same
+    rule tuning.meets judges the steps by afterwards: no failure and at least the share within the SLO."""
+    steps = [runner.step(bench(10 * share, failed=failed), 1) for share in (1.0, 0.99, 0.98, 0.5) for failed in (0, 1)]
+    for share in (0.5, 0.98, 0.99, 1.0):
+        assert [runner.meets(s, share) for s in steps] == [tuning.meets(s, share) for s in steps], share
+    assert any(tuning.meets(s, 0.99) for s in steps) and not all(tuning.meets(s, 0.99) for s in steps)
+
+
 def test_the_sweep_stops_after_two_breaking_steps_in_a_row() -> None:
     """One breaking step is noise; two in a row end the sweep."""
     assert not runner.stop_early(sweep(1.0, 0.9), 0.99)
