@@ -74,8 +74,10 @@ def test_the_deployment_module_takes_its_paths_from_the_kit() -> None:
     """vllm.fleet.deployment has no default of its own for a path the kit lays out: roles/vllm_state passes each."""
     source = (REPO / "plugins/modules/deployment.py").read_text()
     spec = source[source.index("argument_spec={"):source.index("supports_check_mode")]
-    for option in ("config_dir", "release_link", "model_dir", "snapshot_dir"):
+    for option in ("config_dir", "release_link", "model_dir"):
         assert f'"{option}": {{"type": "path", "required": True}}' in spec, option
+    for option in ("fact_path", "snapshot_dir"):  # required by the states that write them
+        assert f'"{option}": {{"type": "path"}}' in spec, option
 
 
 def test_roles_read_the_fleets_topology_from_the_kit_layer() -> None:

@@ -158,6 +158,19 @@ def test_module_inspects_without_secret_digests(host_root: Path, capsys: pytest.
     assert set(result["scenes"]["realtime"]) == {"config_sha256", "unit_sha256"}
 
 
+def test_module_inspects_the_models_alone_without_a_fact_or_snapshot(host_root: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """vllm_scenes' inspect names no fact or snapshot folder: it gets the models, no fact and no interrupted run;
+    a snapshot without them is refused before it touches anything."""
+    args = {"unit_prefix": "vllm-scene-", "config_dir": str(host_root / "etc"), "unit_dir": str(host_root / "units"),
+            "release_link": str(host_root / "current"), "model_dir": str(host_root / "models"), "systemd": False}
+    result = run_module_main(deployment_module, {**args, "state": "inspect"}, capsys)
+    assert result["models"]["tiny"]["origin"] == "http://mirror"
+    assert (result["fact"], result["interrupted"]) == (None, None)
+    refused = run_module_main(deployment_module, {**args, "state": "snapshot"}, capsys)
+    assert refused["failed"] is True and "fact_path" in refused["msg"] and not (host_root / "snapshot").exists()
+
+
 def test_module_snapshot_then_restore_puts_the_host_back(host_root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A snapshot, then a deploy that changes a config, adds a scene and moves the release, is undone by restore."""
     assert run_module("snapshot", host_root, capsys)["changed"] is True

@@ -55,13 +55,15 @@ options:
     type: path
     required: true
   fact_path:
-    description: The deployed-state fact, kept with the snapshot.
+    description:
+      - The deployed-state fact, kept with the snapshot.
+      - Required with C(snapshot), C(restore) and C(finish); without it C(inspect) returns no fact.
     type: path
-    required: true
   snapshot_dir:
-    description: Where the snapshot lives.
+    description:
+      - Where the snapshot lives.
+      - Required with C(snapshot), C(restore) and C(finish); without it C(inspect) returns no interrupted run.
     type: path
-    required: true
   systemd:
     description: Stop removed scenes and reload systemd (false on hosts without systemd).
     type: bool
@@ -316,10 +318,11 @@ def main() -> None:
             "unit_prefix": {"type": "str", "required": True},
             "release_link": {"type": "path", "required": True},
             "model_dir": {"type": "path", "required": True},
-            "fact_path": {"type": "path", "required": True},
-            "snapshot_dir": {"type": "path", "required": True},
+            "fact_path": {"type": "path"},
+            "snapshot_dir": {"type": "path"},
             "systemd": {"type": "bool", "default": True},
         },
+        required_if=[("state", state, ["fact_path", "snapshot_dir"]) for state in ("snapshot", "restore", "finish")],
         supports_check_mode=True,
     )
     params = module.params
@@ -327,13 +330,15 @@ def main() -> None:
                     Path(params["release_link"]))
     files = layout.scene_files()
     sums = digests(files)
-    fact_path, where = Path(params["fact_path"]), Path(params["snapshot_dir"])
+    # An inspect for the models alone (roles/vllm_scenes) names no fact or snapshot: it gets neither back.
+    fact_path = Path(params["fact_path"]) if params["fact_path"] else None
+    where = Path(params["snapshot_dir"]) if params["snapshot_dir"] else None
     result: dict[str, Any] = {"changed": False, "release": read_link(layout.release_link),
                               "release_marker": read_json(layout.release_link / RELEASE_MARKER),
                               "models": model_markers(Path(params["model_dir"])),
-                              "scenes": scene_digests(files, sums), "fact": read_json(fact_path)}
-    mark = in_progress_path(where)
-    result["interrupted"] = read_json(mark)
+                              "scenes": scene_digests(files, sums), "fact": read_json(fact_path) if fact_path else None}
+    mark = in_progress_path(where) if where else None
+    result["interrupted"] = read_json(mark) if mark else None
     if params["state"] == "snapshot":
         manifest = snapshot_manifest(result["release"], result["fact"], files, sums)
         result["changed"] = result["interrupted"] is None and read_json(where / "manifest.json") != manifest
