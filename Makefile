@@ -25,7 +25,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 export ANSIBLE_CONFIG := $(abspath ansible.cfg)
 # The lab's public vault password, for the lab's targets only: ansible.cfg names no vault identity, so a fleet's
 # secrets are never encrypted with this one by mistake (preflight refuses them outside the lab).
-export ANSIBLE_VAULT_IDENTITY_LIST := lab@$(abspath tools/lab-vault-password)
+export ANSIBLE_VAULT_IDENTITY_LIST := lab@$(abspath plugins/plugin_utils/lab-vault-password)
 
 .PHONY: setup lab-up lab-down lab-model lab test checks lint syntax unit sanity molecule bench clean
 

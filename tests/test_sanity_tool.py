@@ -11,6 +11,7 @@ import ansible_test
 import pytest
 import sanity
 import yaml
+from ansible_collections.vllm.fleet.plugins.plugin_utils import vault
 
 REPO = sanity.REPO
 
@@ -34,9 +35,11 @@ def test_the_built_collection_holds_the_kit_and_not_its_workshop(tmp_path: Path)
     assert collection == tmp_path / "ansible_collections" / "vllm" / "fleet"
     files = {path.relative_to(collection).as_posix() for path in collection.rglob("*") if path.is_file()}
     for folder in ("plugins/modules", "plugins/filter", "plugins/plugin_utils", "plugins/module_utils", "playbooks"):
-        assert {f"{folder}/{p.name}" for p in (REPO / folder).glob("*.*")} <= files, folder
+        assert {f"{folder}/{p.name}" for p in (REPO / folder).iterdir() if p.is_file()} <= files, folder
     assert {"site.yml", "meta/runtime.yml", "MANIFEST.json", "FILES.json"} <= files
     assert {f"roles/{role.name}/meta/argument_specs.yml" for role in (REPO / "roles").iterdir()} <= files
+    # What the kit reads at run time beside its code: the lab's password, which the preflight's guard tries.
+    assert vault.LAB_PASSWORD_FILE.relative_to(REPO).as_posix() in files
     left_out = ("tests/", "molecule/", "tools/", "inventory/", ".venv/", ".ansible/", "results/", "benchmarks/")
     assert not [name for name in files if name.startswith(left_out) or "ignore-" in name or "__pycache__" in name]
     assert not [path for path in collection.rglob("*") if path.is_symlink()]

@@ -1,5 +1,5 @@
-"""The lab's Vault variables, decrypted with the lab's public password (tools/lab-vault-password): for the molecule
-tests and benchmarks that act as the lab's clients. Never for a real inventory's secrets."""
+"""The lab's Vault variables, decrypted with the lab's public password (plugins/plugin_utils/lab-vault-password): for
+the molecule tests and benchmarks that act as the lab's clients. Never for a real inventory's secrets."""
 
 from __future__ import annotations
 

@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-# The lab's vault password is in the repo, so it protects nothing. It lies outside inventory/: Ansible reads every
-# file of an inventory directory as an inventory source (this one would become a host named after the password).
-LAB_PASSWORD_FILE = Path(__file__).resolve().parents[2] / "tools" / "lab-vault-password"
+# The lab's vault password is in the repo, so it protects nothing. It lies outside inventory/ (Ansible reads every
+# file of an inventory directory as an inventory source: this one would become a host named after the password), beside
+# this guard, so that an installed collection, which holds no tools/, still has what the guard tries.
+LAB_PASSWORD_FILE = Path(__file__).resolve().parent / "lab-vault-password"
 # A vault envelope: its header, then lines of hex. A header says nothing about the password (any label, or none, can
 # go with any password), so only decrypting tells whose a value is. Lines may be joined by spaces or by a literal \n
 # (an INI file gives a value as it is written).

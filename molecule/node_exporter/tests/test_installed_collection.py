@@ -26,7 +26,7 @@ def ansible_env(config: Path) -> dict[str, str]:
     """Return this process's environment without molecule's Ansible settings, with config as the only ansible.cfg."""
     kept = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
     return {**kept, "VFL_LAB": "mnex", "ANSIBLE_CONFIG": str(config), "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_VAULT_IDENTITY_LIST": f"lab@{REPO / 'tools' / 'lab-vault-password'}"}
+            "ANSIBLE_VAULT_IDENTITY_LIST": f"lab@{REPO / 'plugins' / 'plugin_utils' / 'lab-vault-password'}"}
 
 
 @pytest.fixture(scope="module")
