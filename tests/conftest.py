@@ -32,13 +32,15 @@ def tracked(*pathspecs: str) -> list[str]:
                           check=True).stdout.split()
 
 
+def filter_plugins() -> dict[str, dict[str, Any]]:
+    """Return each filter plugin of the collection (by its file's stem) with its filters by name, as Ansible loads it."""
+    return {path.stem: importlib.import_module(f"ansible_collections.vllm.fleet.plugins.filter.{path.stem}")
+            .FilterModule().filters() for path in sorted((REPO / "plugins" / "filter").glob("*.py"))}
+
+
 def fleet_filters() -> dict[str, Any]:
-    """Return every filter of the collection by its full name (vllm.fleet.<name>), from the plugins Ansible loads."""
-    found: dict[str, Any] = {}
-    for path in sorted((REPO / "plugins" / "filter").glob("*.py")):
-        plugin = importlib.import_module(f"ansible_collections.vllm.fleet.plugins.filter.{path.stem}")
-        found.update({f"vllm.fleet.{name}": function for name, function in plugin.FilterModule().filters().items()})
-    return found
+    """Return every filter of the collection by its full name (vllm.fleet.<name>)."""
+    return {f"vllm.fleet.{name}": function for filters in filter_plugins().values() for name, function in filters.items()}
 
 
 def run_module_main(module: ModuleType, args: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> dict[str, Any]:

@@ -45,7 +45,6 @@ sys.exit(subprocess.call([sys.executable, "-m", "pip", "install", "--upgrade", "
 '''
 
 
-
 def pip_version(ansible_test_source: str) -> str:
     """Return the pip version ansible-test bootstraps into its environments, from its python_requirements.py."""
     match = re.search(r"default_packages = dict\(\s*pip='([0-9.]+)'", ansible_test_source)

@@ -13,6 +13,11 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "tools"))
+
+import lab_vault  # noqa: E402  (tools/lab_vault.py: the lab's vault identity)
+import sanity  # noqa: E402  (tools/sanity.py: the build and install make sanity runs)
+
 BIN = Path(sys.executable).parent
 PLAYBOOK = """---
 - name: The user's own play, with the installed collection's roles
@@ -26,24 +31,20 @@ def ansible_env(config: Path) -> dict[str, str]:
     """Return this process's environment without molecule's Ansible settings, with config as the only ansible.cfg."""
     kept = {key: value for key, value in os.environ.items() if not key.startswith("ANSIBLE_")}
     return {**kept, "VFL_LAB": "mnex", "ANSIBLE_CONFIG": str(config), "ANSIBLE_NOCOLOR": "1",
-            "ANSIBLE_VAULT_IDENTITY_LIST": f"lab@{REPO / 'plugins' / 'plugin_utils' / 'lab-vault-password'}"}
+            "ANSIBLE_VAULT_IDENTITY_LIST": lab_vault.IDENTITY}
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Build the collection from the checkout and install the artefact into an empty collections path."""
+    """Build the collection from the checkout and install the artefact into an empty collections path, as make
+    sanity does (tools/sanity.py)."""
     root = tmp_path_factory.mktemp("user")
     config = root / "ansible.cfg"
     # Only the installed copy: no roles path, no plugin paths, and not the venv's path (where the checkout's link is).
-    config.write_text(f"[defaults]\ncollections_path = {root / 'collections'}\nroles_path = {root / 'roles'}\n"
+    config.write_text(f"[defaults]\ncollections_path = {root}\nroles_path = {root / 'roles'}\n"
                       "collections_scan_sys_path = false\ninterpreter_python = auto_silent\n"
                       "[ssh_connection]\npipelining = true\n")
-    env = ansible_env(config)
-    subprocess.run([str(BIN / "ansible-galaxy"), "collection", "build", str(REPO), "--output-path", str(root)],
-                   cwd=root, env=env, check=True, capture_output=True)
-    artefact = next(root.glob("vllm-fleet-*.tar.gz"))
-    subprocess.run([str(BIN / "ansible-galaxy"), "collection", "install", str(artefact), "-p", str(root / "collections")],
-                   cwd=root, env=env, check=True, capture_output=True)
+    sanity.build_and_install(REPO, root, BIN, ansible_env(config))
     (root / "play.yml").write_text(PLAYBOOK)
     return root
 
@@ -52,8 +53,8 @@ def test_the_installed_collection_lists_the_kit(installed: Path) -> None:
     """ansible-galaxy sees vllm.fleet in the user's collections path, from the artefact, not the checkout."""
     listed = subprocess.run([str(BIN / "ansible-galaxy"), "collection", "list", "vllm.fleet"], cwd=installed,
                             env=ansible_env(installed / "ansible.cfg"), capture_output=True, text=True, check=True)
-    assert str(installed / "collections" / "ansible_collections") in listed.stdout
-    assert not (installed / "collections" / "ansible_collections" / "vllm" / "fleet").is_symlink()
+    assert str(installed / "ansible_collections") in listed.stdout
+    assert not (installed / "ansible_collections" / "vllm" / "fleet").is_symlink()
 
 
 def test_its_roles_by_collection_name_converge_the_host_unchanged(installed: Path) -> None:
@@ -66,6 +67,6 @@ def test_its_roles_by_collection_name_converge_the_host_unchanged(installed: Pat
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     recap = re.search(r"^mnex1\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=0\s+failed=0", run.stdout, re.M)
     assert recap and int(recap.group(1)) > 0 and recap.group(2) == "0", run.stdout[-4000:]
-    role_dir = installed / "collections" / "ansible_collections" / "vllm" / "fleet" / "roles" / "node_exporter"
+    role_dir = installed / "ansible_collections" / "vllm" / "fleet" / "roles" / "node_exporter"
     assert f"task path: {role_dir}/tasks/" in run.stdout
     assert f"task path: {REPO}/roles/" not in run.stdout
