@@ -100,3 +100,14 @@ def test_the_cuda_repository_has_one_home() -> None:
     found = [(name, fact.pattern) for name in tracked("roles", "playbooks") if name.endswith((".yml", ".j2"))
              and name not in own for fact in facts if fact.search((REPO / name).read_text())]
     assert not found, found
+
+
+def test_dpkg_is_asked_and_read_in_one_way() -> None:
+    """roles/vllm_fleet holds the one dpkg-query every role runs, and plugin_utils/packages.py the one reading of its
+    lines: no role or playbook writes dpkg-query or matches dpkg's status words itself."""
+    own = "roles/vllm_fleet/vars/main.yml"
+    pattern = re.compile(r"dpkg-query|install ok installed|Status-Abbrev|\^\[ih\]i")
+    found = [name for name in tracked("roles", "playbooks") if name.endswith((".yml", ".j2")) and name != own
+             and pattern.search((REPO / name).read_text())]
+    assert not found, found
+    assert "dpkg-query" in (REPO / own).read_text()

@@ -184,7 +184,7 @@ def test_batches_after_the_canary_start_from_its_compile_cache(host: testinfra.h
 def test_no_rollout_drops_a_request_through_the_gateway(host: testinfra.host.Host) -> None:
     """Through each rollout, the rejected, the failed and restored, and the good one, a load through the gateway
     sees no failed request; during the good one every host's realtime served part of it."""
-    loads = {change: rollout_under_load(change)[3] for change in ("invalid", "fails-at-start", "good")}
+    loads = {change: rollout_under_load(change)[3] for change in ("invalid", "drops-a-scene", "good")}
     failed = {change: failures for change, load in loads.items() if (failures := load.failures())}
     assert not failed, (failed, {change: server_events(loads[change].since) for change in failed})
     assert all(len(load.results) > 5 for load in loads.values()), {c: len(load.results) for c, load in loads.items()}
