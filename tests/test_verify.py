@@ -291,6 +291,22 @@ def test_scene_checks_name_each_failure() -> None:
     assert checks[1]["detail"] == "listed: other" and checks[3]["detail"] == "status 200"
 
 
+def test_one_request_proves_a_model_answers_at_its_scene_and_at_the_gateway() -> None:
+    """The scene's check and the gateway's call send what proof_request returns (a greedy chat completion of the
+    model, bounded), and neither task writes a path or a body of its own."""
+    proof = verify.proof_request("qwen2.5-7b", 4)
+    assert proof["path"] == "/v1/chat/completions"
+    assert proof["body"]["model"] == "qwen2.5-7b" and proof["body"]["max_tokens"] == 4
+    assert proof["body"]["temperature"] == 0 and proof["body"]["messages"][0]["role"] == "user"
+    assert verify.proof_request("m")["body"]["max_tokens"] == 8
+    assert fleet_filters()["vllm.fleet.verify_proof_request"] is verify.proof_request
+    for tasks in ("roles/vllm_verify/tasks/scene.yml", "roles/vllm_gateway/tasks/verify.yml"):
+        text = (REPO / tasks).read_text()
+        assert "_proof.path" in text and "_proof.body" in text and "/v1/chat/completions" not in text, tasks
+    assert "vllm.fleet.verify_proof_request" in (REPO / "roles/vllm_verify/vars/main.yml").read_text()
+    assert "vllm.fleet.verify_proof_request" in (REPO / "roles/vllm_gateway/tasks/verify.yml").read_text()
+
+
 def test_scene_checks_stop_at_a_dead_scene() -> None:
     """A scene whose unit is down, or that never answered /health, has one failed check with the wait's reason."""
     down = {"failed": True, "scenes": [], "msg": "scene 'realtime' (vllm-scene-realtime.service) crashed 0 s into the "

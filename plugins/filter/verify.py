@@ -21,5 +21,6 @@ class FilterModule:
             "verify_bench_command": verify.bench_command,
             "verify_env_file_key": verify.env_file_key,
             "verify_scene_checks": guarded(verify.scene_checks),
+            "verify_proof_request": verify.proof_request,
             "verify_summary": guarded(verify.summary_markdown),
         }

@@ -141,10 +141,18 @@ def _check(name: str, passed: bool, detail: str) -> dict[str, Any]:
     return {"name": name, "passed": passed, "detail": detail}
 
 
+def proof_request(model: str, max_tokens: int = 8) -> dict[str, Any]:
+    """Return the request that proves a served model answers, as the scene's own check and the gateway's send it: its
+    path and JSON body (a greedy chat completion; scene_checks judges its answer)."""
+    return {"path": "/v1/chat/completions",
+            "body": {"model": model, "messages": [{"role": "user", "content": "Say hello."}], "temperature": 0,
+                     "max_tokens": max_tokens}}
+
+
 def scene_checks(scene: dict[str, Any], ready: dict[str, Any], models: dict[str, Any], chat: dict[str, Any],
                  no_key: dict[str, Any], metrics: dict[str, Any]) -> list[dict[str, Any]]:
-    """Judge a scene's API from vllm.fleet.scene_ready's result and the uri results of /v1/models, a chat completion,
-    a keyless call and /metrics."""
+    """Judge a scene's API from vllm.fleet.scene_ready's result and the uri results of /v1/models, the proof request
+    (proof_request), a keyless call and /metrics."""
     if ready.get("failed") or not ready.get("scenes"):
         # The module's one line: a unit down or crashed (its state and the journal's error), or the wait's timeout.
         return [_check("GET /health", False, str(ready.get("msg") or "not waited for"))]
