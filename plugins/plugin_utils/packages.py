@@ -5,19 +5,20 @@ from __future__ import annotations
 
 # dpkg's abbreviated status: the wanted state ("h" held, "i" install, ...), then the current one ("i" installed).
 _INSTALLED = "i"
+_HELD = "h"
 
 
-def _fields(lines: list[str]) -> list[tuple[str, str, str]]:
-    """Return each well-formed line as its status, package and version."""
+def _statuses(lines: list[str]) -> list[tuple[str, str]]:
+    """Return each well-formed line's status and package."""
     fields = [line.split("|") for line in lines]
-    return [(status, package, version) for status, package, version in (f for f in fields if len(f) == 3)]
+    return [(field[0], field[1]) for field in fields if len(field) == 3]
 
 
 def installed(lines: list[str]) -> list[str]:
     """Return the packages dpkg has installed (held or not)."""
-    return [package for status, package, _ in _fields(lines) if status[1:2] == _INSTALLED]
+    return [package for status, package in _statuses(lines) if status[1:2] == _INSTALLED]
 
 
 def held(lines: list[str]) -> list[str]:
     """Return the packages held against upgrades, installed or not."""
-    return [package for status, package, _ in _fields(lines) if status[:1] == "h"]
+    return [package for status, package in _statuses(lines) if status[:1] == _HELD]
