@@ -225,8 +225,31 @@ def test_a_hosts_scenes_are_made_whole_in_one_call() -> None:
     assert scenes.resolve_problem(over, PRESETS, MODELS, facts, "h1: vllm_scenes_list") == str(raised.value)
 
 
-UNIT = {"cache_dir": "/c", "unit_prefix": "vllm-scene-", "max_sequences": 4, "keep_alive_s": 3600,
-        "cpu_kvcache_gib": 2, "env": {"OMP_NUM_THREADS": "8", "HF_HUB_OFFLINE": "0"}}
+UNIT = {"cache_dir": "/c", "config_dir": "/e", "service_user": "vllm", "unit_prefix": "vllm-scene-", "max_sequences": 4,
+        "keep_alive_s": 3600, "cpu_kvcache_gib": 2, "env": {"OMP_NUM_THREADS": "8", "HF_HUB_OFFLINE": "0"}}
+
+
+def test_a_scene_comes_whole_with_its_config_unit_and_environment() -> None:
+    """With the unit's settings, each scene carries what its files print: the vLLM config mapping, its unit's name,
+    user, folders and files, and its own cards only (none on cpu); two scenes that would share a user are refused."""
+    rt = {"name": "rt", "preset": "realtime", "model": "qwen"}
+    scene = scenes.host_scenes([{**rt, "gpus": [1]}], PRESETS, MODELS, None, "v", "cuda", UNIT)[0]
+    assert scene["config"] == scenes.config_file(scene) and scene["config"]["port"] == scene["port"]
+    assert scene["unit"] == {
+        "name": "vllm-scene-rt.service", "user": "vllm-rt", "cache_dir": "/c/rt", "runtime_directory": "vllm-scene-rt",
+        "inductor_link": "/run/vllm-scene-rt/torchinductor_vllm-rt", "config_file": "/e/rt.yaml",
+        "env_file": "/e/rt.env",
+        "device_allow": ["/dev/nvidiactl rw", "/dev/nvidia1 rw", "char-nvidia-uvm rw", "char-nvidia-caps r"]}
+    assert scene["unit"]["inductor_link"].startswith(scene["environment"]["TMPDIR"] + "/")
+    cpu = scenes.host_scenes([rt], PRESETS, MODELS, None, "v", "cpu", UNIT)
+    assert cpu[0]["unit"]["device_allow"] == []
+    long_name = "b" * 31
+    twin = scenes.scene_user("vllm", long_name).removeprefix("vllm-")
+    twins = [{**rt, "name": long_name}, {**rt, "name": twin, "port": 8001}]
+    assert scenes.host_scenes(twins, PRESETS, MODELS, None, "v")  # without the unit's settings, no user is made
+    with pytest.raises(FleetError, match="would share a user"):
+        scenes.host_scenes(twins, PRESETS, MODELS, None, "v", "cpu", UNIT)
+    assert "would share a user" in scenes.resolve_problem(twins, PRESETS, MODELS, None, "v", "cpu", UNIT)
 
 
 def test_a_scenes_environment_is_the_kits_then_the_flavours_then_the_hosts_then_its_own() -> None:

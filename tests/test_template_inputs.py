@@ -19,7 +19,7 @@ ROLES = REPO / "roles"
 # Names a template may read that are not settings: each is refused or computed elsewhere.
 NOT_SETTINGS = {
     "ansible_managed": "Ansible's own header",
-    "item": "a loop's item: resolved scenes (refused in resolution) or the role's own checked lists",
+    "item": "a loop's item: the role's own checked lists, or resolved scenes (followed as ITEMS says)",
     "lookup": "a function",
     "query": "a function",
     "hostvars": "other hosts' values: each host's own preflight refuses its settings",
@@ -27,9 +27,12 @@ NOT_SETTINGS = {
     "node_exporter_endpoint": "a fact node_exporter's preflight computes from its checked settings",
     "vllm_scenes_resolved": "a fact of resolved scenes: resolution refuses unsafe strings",
     "ansible_facts": "gathered from the host",
+    "vllm_fleet_gpus": "GPU facts: a scene takes only card indexes and memory sizes from them, numbers resolution checks",
     "vllm_fleet_local_guard_name": "an entry point's argument, one of the choices its argument spec lists",
     "vllm_fleet_local_guard_rules": "written by the local-guard filters, which refuse anything but user names",
 }
+# The internal a role's templates loop over as `item`: a scene's unit and config print fields computed from settings.
+ITEMS = {"vllm_scenes": "_vllm_scenes_resolved"}
 # A library role (no tasks/main.yml) renders its templates from entry points other roles include: the shared check
 # in every role's preflight reads its settings.
 LIBRARY_ROLES = {p.parent.parent.name for p in ROLES.glob("*/meta/argument_specs.yml")
@@ -76,6 +79,8 @@ def _internals() -> dict[str, set[str]]:
 def settings_read(template: Path) -> set[str]:
     """Return the variables a template reads, its internals' variables followed to the end."""
     internals, seen, todo = _internals(), set(), list(_names(template.read_text()))
+    if "item" in todo and template.parent.parent.name in ITEMS:
+        todo.append(ITEMS[template.parent.parent.name])
     while todo:
         name = todo.pop()
         if name not in seen:

@@ -16,7 +16,6 @@ class FilterModule:
         return {
             "scenes_of_host": guarded(scenes.host_scenes),
             "scenes_problem": scenes.resolve_problem,
-            "scenes_config_file": guarded(scenes.config_file),
             "scenes_exposure_problems": guarded(scenes.exposure_problems),
             "scenes_gpu_problems": guarded(scenes.gpu_problems),
             "scenes_models_by_name": guarded(scenes.models_by_name),

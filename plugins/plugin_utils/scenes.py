@@ -290,25 +290,44 @@ def unit_environment(scene: Scene, flavour: str, unit: dict[str, Any]) -> dict[s
     return {name: str(value) for name, value in merged.items()}
 
 
+def unit_fields(scene: Scene, flavour: str, unit: dict[str, Any]) -> dict[str, Any]:
+    """Return what a scene's systemd unit says besides its environment: its name, user, folders, files and devices.
+    unit: as unit_environment's, with service_user and config_dir."""
+    name, prefix = scene["name"], unit["unit_prefix"]
+    user = scene_user(unit["service_user"], name)
+    # A scene opens its own cards only (named by path: /dev/nvidiaN and nvidiactl share one major number) and the
+    # driver's shared devices; the cpu flavour opens none.
+    devices = ["/dev/nvidiactl rw", *(f"/dev/nvidia{gpu} rw" for gpu in scene["gpus"]), "char-nvidia-uvm rw",
+               "char-nvidia-caps r"] if flavour == "cuda" else []
+    return {"name": f"{prefix}{name}.service", "user": user, "cache_dir": f"{unit['cache_dir']}/{name}",
+            "runtime_directory": f"{prefix}{name}", "inductor_link": f"/run/{prefix}{name}/torchinductor_{user}",
+            "config_file": f"{unit['config_dir']}/{name}.yaml", "env_file": f"{unit['config_dir']}/{name}.env",
+            "device_allow": devices}
+
+
 def host_scenes(scenes: list[Scene], presets: dict[str, Scene], models: dict[str, dict[str, Any]],
                 gpus_fact: dict[str, Any] | None, var: str, flavour: str = "cuda",
                 unit: dict[str, Any] | None = None) -> list[Scene]:
     """Return a host's scenes whole, the one order of their making: one scene per card for gpus: all, each resolved
     over its preset and model, memory budgets turned into the card's share, the settings of scenes over several
-    cards, then (given the unit's settings) each scene's whole environment, which its unit prints and the planner
-    reads."""
+    cards, then (given the unit's settings) what the host's files say of each: its vLLM config mapping, its unit's
+    fields and its whole environment, which the templates print and the planner reads."""
     expanded = per_gpu_scenes(scenes, presets, gpus_fact)
     budgeted = apply_memory_budgets(resolve_scenes(expanded, presets, models, var), gpus_fact, var)
     made = apply_gpu_settings(budgeted, gpus_fact)
-    return made if unit is None else [{**scene, "environment": unit_environment(scene, flavour, unit)}
-                                      for scene in made]
+    if unit is None:
+        return made
+    scene_users([scene["name"] for scene in made], unit["service_user"])  # refuses two scenes sharing a user
+    return [{**scene, "config": config_file(scene), "unit": unit_fields(scene, flavour, unit),
+             "environment": unit_environment(scene, flavour, unit)} for scene in made]
 
 
 def resolve_problem(scenes: list[Scene], presets: dict[str, Scene], models: dict[str, dict[str, Any]],
-                    gpus_fact: dict[str, Any] | None, var: str) -> str:
+                    gpus_fact: dict[str, Any] | None, var: str, flavour: str = "cuda",
+                    unit: dict[str, Any] | None = None) -> str:
     """Return why a host's scene list cannot be resolved (one line naming the variable and the fix), "" when it can."""
     try:
-        host_scenes(scenes, presets, models, gpus_fact, var)
+        host_scenes(scenes, presets, models, gpus_fact, var, flavour, unit)
     except FleetError as error:
         return str(error)
     return ""
