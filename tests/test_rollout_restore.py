@@ -88,6 +88,9 @@ PLAY = """\
 - hosts: all
   gather_facts: false
   tasks:
+    - name: Read the fleet context, as every play of the kit does
+      ansible.builtin.import_tasks: {context}
+
     - name: Publish the new scene list, as the vllm_scenes role does
       ansible.builtin.set_fact:
         vllm_scenes_resolved: "{{ new_scenes }}"
@@ -169,7 +172,8 @@ def test_a_restore_verifies_the_scenes_it_put_back_and_clears_the_mark(tmp_path:
                                         "snapshot_dir": str(snapshot_dir), "systemd": False},
         }
         (tmp_path / "settings.json").write_text(json.dumps(settings))
-        (tmp_path / "play.yml").write_text(PLAY)
+        context = REPO / "playbooks" / "tasks" / "fleet-context.yml"
+        (tmp_path / "play.yml").write_text(PLAY.replace("{context}", str(context)))
         env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
                "ANSIBLE_CACHE_PLUGIN": "ansible.builtin.memory"}
         argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", f"{HOST},", "-c", "local",

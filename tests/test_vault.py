@@ -84,8 +84,9 @@ def run_guard(where: Path, *argv: str) -> subprocess.CompletedProcess[str]:
     """Run the lab-secret guard alone on every host of the inventories in argv, as check.yml and preflight run it,
     without any vault password; stdout and stderr merged."""
     play = where / "play.yml"
-    play.write_text(f"- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.import_tasks: "
-                    f"{REPO}/playbooks/tasks/refuse-lab-secrets.yml\n")
+    play.write_text(f"- hosts: all\n  gather_facts: false\n  tasks:\n"
+                    f"    - ansible.builtin.import_tasks: {REPO}/playbooks/tasks/fleet-context.yml\n"
+                    f"    - ansible.builtin.import_tasks: {REPO}/playbooks/tasks/refuse-lab-secrets.yml\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_VAULT")}
     env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_CACHE_PLUGIN="ansible.builtin.memory")
     return subprocess.run([str(REPO / ".venv" / "bin" / "ansible-playbook"), str(play), *argv], cwd=REPO, env=env,
@@ -121,7 +122,7 @@ def test_the_guard_decrypts_each_value_wherever_it_is_written(tmp_path: Path) ->
     for host, name in refused.items():
         assert f"{host}: {name}: encrypted with the lab's public vault password" in done.stdout, done.stdout[-3000:]
     for host in ("own-password", "clean"):
-        assert f"{host:<27}: ok=1" in done.stdout and f"{host}: vault" not in done.stdout, done.stdout[-3000:]
+        assert f"{host:<27}: ok=4" in done.stdout and f"{host}: vault" not in done.stdout, done.stdout[-3000:]
     assert "secret-" not in done.stdout and "$ANSIBLE_VAULT" not in done.stdout
 
 
@@ -192,8 +193,9 @@ def test_check_runs_without_the_vault_when_told(tmp_path: Path) -> None:
 def test_a_run_without_secrets_only_looks(check_mode: bool, refused: bool, tmp_path: Path) -> None:
     """-e vllm_fleet_without_secrets=true outside check mode is refused in one line before anything changes."""
     play = tmp_path / "play.yml"
-    play.write_text(f"- hosts: all\n  gather_facts: false\n  tasks:\n    - ansible.builtin.import_tasks: "
-                    f"{REPO}/playbooks/tasks/refuse-changes-without-secrets.yml\n")
+    play.write_text(f"- hosts: all\n  gather_facts: false\n  tasks:\n"
+                    f"    - ansible.builtin.import_tasks: {REPO}/playbooks/tasks/fleet-context.yml\n"
+                    f"    - ansible.builtin.import_tasks: {REPO}/playbooks/tasks/refuse-changes-without-secrets.yml\n")
     env = {**os.environ, "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     argv = [str(REPO / ".venv" / "bin" / "ansible-playbook"), "-i", "controller,", "-c", "local", str(play),
             "-e", f"ansible_python_interpreter={sys.executable}", "-e", "vllm_fleet_without_secrets=true",
