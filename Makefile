@@ -15,7 +15,7 @@ LAB_WWW := /var/lib/vllm-fleet-lab/www
 # leaves idle: first the scenarios that serve no vLLM, then vllm_scenes (one host: the release default has packed,
 # the tiny model, scenes that start from default's bundles), nvidia_driver (no vLLM) and vllm_monitoring (a GPU host
 # and a gateway that monitors it, from the same bundles, then the tuner).
-# Measured on a fresh clone (docs/benchmarks.md, 8a14d98): lane 1 3,009 s, lane 2 2,921 s.
+# Measured on a fresh clone (docs/benchmarks.md, f006858): lane 1 2,718 s, lane 2 2,685 s.
 # Each scenario is in exactly one lane (a test checks).
 MOLECULE_LANES ?= default node_exporter,vllm_model,vllm_drift,vllm_scenes,nvidia_driver,vllm_monitoring
 MOLECULE_NICE ?= 10
