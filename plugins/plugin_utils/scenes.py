@@ -266,16 +266,21 @@ def apply_gpu_settings(scenes: list[Scene], gpus_fact: dict[str, Any] | None) ->
 FLAVOUR_ENV = {"cuda": {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, "cpu": {"VLLM_USE_AOT_COMPILE": "0"}}
 
 
+def _scene_dirs(scene: Scene, unit: dict[str, Any]) -> tuple[str, str]:
+    """Return a scene's persistent cache directory and the name of its runtime directory (systemd makes it in /run)."""
+    return f"{unit['cache_dir']}/{scene['name']}", f"{unit['unit_prefix']}{scene['name']}"
+
+
 def unit_environment(scene: Scene, flavour: str, unit: dict[str, Any]) -> dict[str, str]:
     """Return a scene's whole environment as its unit sets it: the kit's (caches under the scene's own folder, its
     runtime directory, no usage stats, the request bounds), the flavour's, then the host's (unit["env"]) and the
     scene's own, each later one winning. unit: cache_dir, unit_prefix, max_sequences, keep_alive_s, cpu_kvcache_gib,
     env."""
-    cache = f"{unit['cache_dir']}/{scene['name']}"
+    cache, runtime = _scene_dirs(scene, unit)
     kit = {"CUDA_VISIBLE_DEVICES": ",".join(str(gpu) for gpu in scene["gpus"]), "HF_HOME": f"{cache}/huggingface",
            "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": f"{cache}/vllm", "TORCHINDUCTOR_CACHE_DIR": f"{cache}/inductor",
            "TRITON_CACHE_DIR": f"{cache}/triton", "XDG_CACHE_HOME": cache,
-           "TMPDIR": f"/run/{unit['unit_prefix']}{scene['name']}", "VLLM_NO_USAGE_STATS": "1",
+           "TMPDIR": f"/run/{runtime}", "VLLM_NO_USAGE_STATS": "1",
            "VLLM_MAX_N_SEQUENCES": str(unit["max_sequences"]), "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(unit["keep_alive_s"]),
            "DO_NOT_TRACK": "1"}
     if flavour == "cuda":
@@ -295,12 +300,13 @@ def unit_fields(scene: Scene, flavour: str, unit: dict[str, Any]) -> dict[str, A
     unit: as unit_environment's, with service_user and config_dir."""
     name, prefix = scene["name"], unit["unit_prefix"]
     user = scene_user(unit["service_user"], name)
+    cache, runtime = _scene_dirs(scene, unit)
     # A scene opens its own cards only (named by path: /dev/nvidiaN and nvidiactl share one major number) and the
     # driver's shared devices; the cpu flavour opens none.
     devices = ["/dev/nvidiactl rw", *(f"/dev/nvidia{gpu} rw" for gpu in scene["gpus"]), "char-nvidia-uvm rw",
                "char-nvidia-caps r"] if flavour == "cuda" else []
-    return {"name": f"{prefix}{name}.service", "user": user, "cache_dir": f"{unit['cache_dir']}/{name}",
-            "runtime_directory": f"{prefix}{name}", "inductor_link": f"/run/{prefix}{name}/torchinductor_{user}",
+    return {"name": f"{prefix}{name}.service", "user": user, "cache_dir": cache,
+            "runtime_directory": runtime, "inductor_link": f"/run/{runtime}/torchinductor_{user}",
             "config_file": f"{unit['config_dir']}/{name}.yaml", "env_file": f"{unit['config_dir']}/{name}.env",
             "device_allow": devices}
 
